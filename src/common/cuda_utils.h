@@ -1,0 +1,34 @@
+// CUDA error handling: every runtime call is checked and turned into a Status carrying the call's
+// text and file:line.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "fp4moe/status.h"
+
+namespace fp4moe {
+
+Status cuda_status(cudaError_t err, const char* expr, const char* file, int line);
+
+// Number of SMs and compute capability of the current device (cached per device).
+struct DeviceInfo {
+  int device = 0;
+  int num_sms = 0;
+  int major = 0, minor = 0;
+  size_t l2_bytes = 0;
+  size_t smem_optin_bytes = 0;
+  char name[256] = {};
+};
+Status current_device_info(DeviceInfo* out);
+
+}  // namespace fp4moe
+
+#define FP4MOE_CUDA_RETURN(expr)                                                     \
+  do {                                                                               \
+    cudaError_t fp4moe_err_ = (expr);                                                \
+    if (fp4moe_err_ != cudaSuccess)                                                  \
+      return ::fp4moe::cuda_status(fp4moe_err_, #expr, __FILE__, __LINE__);          \
+  } while (0)
+
+// After a kernel launch: launch-configuration errors surface here, not at the next sync.
+#define FP4MOE_CUDA_LAUNCH_CHECK(kernel_name) FP4MOE_CUDA_RETURN(cudaPeekAtLastError())

@@ -1,0 +1,30 @@
+#include <limits>
+
+#include "fp4moe/moe.h"
+
+namespace fp4moe {
+
+Status validate(const MoeProblem& p) {
+  // K of both GEMMs (H for GEMM1, I for GEMM2) must hold whole scale blocks of either format.
+  constexpr int64_t kKMultiple = 32;
+  if (p.hidden_size <= 0 || p.hidden_size % kKMultiple != 0)
+    return invalid_argument("hidden_size = ", p.hidden_size, " must be a positive multiple of ", kKMultiple);
+  if (p.intermediate_size <= 0 || p.intermediate_size % kKMultiple != 0)
+    return invalid_argument("intermediate_size = ", p.intermediate_size, " must be a positive multiple of ",
+                            kKMultiple);
+  FP4MOE_RETURN_IF_ERROR(validate(p.routing));
+  if (p.max_tokens <= 0)
+    return invalid_argument("max_tokens = ", p.max_tokens, " must be > 0");
+  if (p.max_tokens * p.top_k() > std::numeric_limits<int32_t>::max() / 2)
+    return invalid_argument("max_tokens = ", p.max_tokens, " times top_k = ", p.top_k(),
+                            " exceeds the 2^30 routed pairs the int32 indexing supports");
+  if (p.mode == Mode::kW4A4 && p.weight_format != WeightFormat::kNvfp4)
+    return unsupported("mode = w4a4 needs NVFP4 weights; weight_format = ", to_string(p.weight_format),
+                       " runs in w4a16");
+  if (p.apply_router_weight_on_input() && p.top_k() != 1)
+    return invalid_argument("routing method llama4 applies the router weight to the input and needs top_k = 1, "
+                            "got top_k = ", p.top_k());
+  return Status::Ok();
+}
+
+}  // namespace fp4moe

@@ -1,0 +1,2 @@
+// placeholder: being written (issue 2)
+int main() { return 0; }
