@@ -1,1 +1,106 @@
-// placeholder: being written (issue 2)
+// Public API: presets and validate() rejections, each naming the bad field and its value.
+#include <gtest/gtest.h>
+
+#include "fp4moe/moe.h"
+#include "test_util.h"
+
+namespace fp4moe {
+namespace {
+
+TEST(Presets, EveryModelOfTheBriefIsThereAndValid) {
+  const std::vector<std::string> want = {"deepseek-r1",     "qwen3-30b-a3b", "qwen3-235b-a22b", "llama4-scout",
+                                         "llama4-maverick", "mixtral-8x7b",  "gpt-oss-120b",    "gpt-oss-20b"};
+  EXPECT_EQ(preset_names(), want);
+  for (const auto& n : preset_names()) {
+    MoeProblem p;
+    ASSERT_OK(get_preset(n, &p));
+    EXPECT_EQ(p.name, n);
+    EXPECT_OK(validate(p));
+    EXPECT_OK(validate(scaled_preset(p, 16)));
+  }
+}
+
+TEST(Presets, ShapesMatchTheBrief) {
+  MoeProblem p;
+  ASSERT_OK(get_preset("deepseek-r1", &p));
+  EXPECT_EQ(p.hidden_size, 7168);
+  EXPECT_EQ(p.intermediate_size, 2048);
+  EXPECT_EQ(p.num_experts(), 256);
+  EXPECT_EQ(p.top_k(), 8);
+  EXPECT_EQ(p.routing.method, RoutingMethod::kDeepSeekV3);
+  EXPECT_EQ(p.routing.num_groups, 8);
+  EXPECT_EQ(p.routing.topk_groups, 4);
+  EXPECT_FLOAT_EQ(p.routing.routed_scaling_factor, 2.5f);
+  // 3 * 7168 * 2048 FP4 values: half a byte each plus one e4m3 scale per 16.
+  EXPECT_EQ(p.expert_weight_bytes(), 3 * 7168 * 2048 / 2 + 3 * 7168 * 2048 / 16);
+  ASSERT_OK(get_preset("gpt-oss-120b", &p));
+  EXPECT_EQ(p.weight_format, WeightFormat::kMxfp4);
+  EXPECT_EQ(p.activation, Activation::kGptOss);
+  EXPECT_TRUE(p.has_bias);
+  EXPECT_EQ(p.expert_weight_bytes(), 3 * 2880 * 2880 / 2 + 3 * 2880 * 2880 / 32);
+  ASSERT_OK(get_preset("llama4-maverick", &p));
+  EXPECT_TRUE(p.apply_router_weight_on_input());
+  Status s = get_preset("deepseek-v4", &p);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("'deepseek-v4'"), std::string::npos);
+  EXPECT_NE(s.message().find("gpt-oss-20b"), std::string::npos);  // lists the presets
+}
+
+// Each mutation must be rejected with a message containing `needle`.
+void expect_rejected(MoeProblem p, const std::string& needle, StatusCode code = StatusCode::kInvalidArgument) {
+  Status s = validate(p);
+  EXPECT_EQ(s.code(), code) << needle << " -> " << s.to_string();
+  EXPECT_NE(s.message().find(needle), std::string::npos) << "'" << s.message() << "' lacks '" << needle << "'";
+}
+
+TEST(Validate, RejectsEachBadField) {
+  MoeProblem base;
+  ASSERT_OK(get_preset("qwen3-30b-a3b", &base));
+  MoeProblem p = base;
+  p.hidden_size = 2040;  // K of GEMM1 not a multiple of 32
+  expect_rejected(p, "hidden_size = 2040");
+  p = base;
+  p.hidden_size = 0;
+  expect_rejected(p, "hidden_size = 0");
+  p = base;
+  p.intermediate_size = 776;  // K of GEMM2 not a multiple of 32
+  expect_rejected(p, "intermediate_size = 776");
+  p = base;
+  p.routing.num_experts = 8;
+  p.routing.top_k = 9;  // top-k larger than the expert count
+  expect_rejected(p, "top_k = 9");
+  p = base;
+  p.routing.top_k = 129;  // beyond the routing kernels' limit
+  expect_rejected(p, "top_k = 129", StatusCode::kUnsupported);
+  p = base;
+  p.routing.num_experts = 0;
+  expect_rejected(p, "num_experts = 0");
+  p = base;
+  p.max_tokens = 0;
+  expect_rejected(p, "max_tokens = 0");
+  p = base;
+  p.max_tokens = int64_t(1) << 28;  // times top_k 8 overflows the pair index
+  expect_rejected(p, "max_tokens = 268435456");
+  p = base;
+  p.routing.method = RoutingMethod::kDeepSeekV3;
+  p.routing.num_groups = 3;  // 128 experts in 3 groups
+  expect_rejected(p, "num_groups = 3");
+  p = base;
+  p.routing.method = RoutingMethod::kLlama4;
+  p.routing.top_k = 2;
+  expect_rejected(p, "top_k = 2");
+  ASSERT_OK(get_preset("gpt-oss-20b", &p));
+  p.mode = Mode::kW4A4;
+  expect_rejected(p, "w4a4", StatusCode::kUnsupported);
+}
+
+TEST(Validate, ParsesNames) {
+  Mode m;
+  EXPECT_OK(parse_mode("w4a4", &m));
+  EXPECT_EQ(m, Mode::kW4A4);
+  Status s = parse_mode("w8a8", &m);
+  EXPECT_NE(s.message().find("'w8a8'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fp4moe

@@ -1,1 +1,305 @@
-// placeholder: being written (issue 2)
+// The CUDA forward against the fp64 reference: every preset (scaled down), both modes, hostile token
+// counts and routings, determinism, validation, EP/TP shards.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <numeric>
+
+#include "fp4moe/moe_gpu.h"
+#include "moe_test_util.h"
+#include "reference/sharding.h"
+#include "src/moe/workspace.h"
+
+namespace fp4moe {
+namespace {
+
+using testing::DeviceBuffer;
+using testing::make_rng;
+
+struct GpuRun {
+  std::vector<uint16_t> out;
+  std::vector<int32_t> ids;
+  std::vector<float> weights;
+};
+
+// Runs one forward from logits (or precomputed routing) and returns the output and the routing used.
+void run_forward(const MoeLayer& layer, const std::vector<uint16_t>& hidden, const std::vector<float>& logits,
+                 int64_t T, GpuRun* run, const std::vector<int32_t>* topk_ids = nullptr,
+                 const std::vector<float>* topk_weights = nullptr) {
+  const MoeProblem& p = layer.problem();
+  DeviceBuffer<uint16_t> dh(hidden.empty() ? std::vector<uint16_t>(8) : hidden);
+  DeviceBuffer<float> dl(logits.empty() ? std::vector<float>(1) : logits);
+  DeviceBuffer<uint16_t> dout(std::max<size_t>(1, size_t(T * p.hidden_size)));
+  DeviceBuffer<char> ws(layer.workspace_bytes());
+  DeviceBuffer<int32_t> dids(topk_ids ? *topk_ids : std::vector<int32_t>(1));
+  DeviceBuffer<float> dw(topk_weights ? *topk_weights : std::vector<float>(1));
+  ForwardArgs a;
+  a.hidden = dh.get();
+  if (topk_ids) {
+    a.topk_ids = dids.get();
+    a.topk_weights = dw.get();
+  } else {
+    a.router_logits = dl.get();
+  }
+  a.num_tokens = T;
+  a.out = dout.get();
+  ASSERT_OK(layer.forward(a, ws.get(), ws.size(), nullptr));
+  CUDA_ASSERT(cudaDeviceSynchronize());
+  ASSERT_OK(layer.check_device_errors(ws.get(), nullptr));
+  run->out = dout.download();
+  run->out.resize(size_t(T * p.hidden_size));
+  if (topk_ids) {
+    run->ids = *topk_ids;
+    run->weights = *topk_weights;
+  } else {
+    // Routing the GPU used, read back from the workspace (the first two regions).
+    run->ids.resize(size_t(T) * p.top_k());
+    run->weights.resize(run->ids.size());
+    if (T > 0) {
+      const WorkspaceLayout l = WorkspaceLayout::make(p.max_tokens, p.top_k(), layer.num_local_experts(),
+                                                      p.hidden_size, layer.local_intermediate_size());
+      CUDA_ASSERT(cudaMemcpy(run->ids.data(), ws.get() + l.topk_ids, run->ids.size() * 4, cudaMemcpyDeviceToHost));
+      CUDA_ASSERT(cudaMemcpy(run->weights.data(), ws.get() + l.topk_weights, run->weights.size() * 4,
+                             cudaMemcpyDeviceToHost));
+    }
+  }
+}
+
+void expect_matches_reference(const MoeProblem& p, const HostMoeWeights& hw, const ref::ShardSpec& shard,
+                              const std::vector<uint16_t>& hidden, const GpuRun& run, int64_t T,
+                              const std::string& what) {
+  std::vector<float> ref_out(size_t(T * p.hidden_size));
+  ASSERT_OK(ref::moe_forward_routed(p, hw.view(), shard, hidden.data(), run.ids.data(), run.weights.data(), T,
+                                    ref_out.data()));
+  const auto got = testing::bf16_to_floats(run.out);
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_FALSE(std::isnan(got[i])) << what << ": NaN (unwritten?) at " << i;
+  const double err = testing::rel_l2(got, ref_out);
+  EXPECT_GT(testing::l2_norm(got), 0.0) << what;
+  EXPECT_LE(err, testing::tolerance(p.mode)) << what << ": normalized error " << err;
+}
+
+struct Case {
+  std::string preset;
+  int factor;  // scale-down factor for H and I
+};
+
+const Case kCases[] = {{"deepseek-r1", 16},  {"qwen3-30b-a3b", 4},   {"qwen3-235b-a22b", 8},
+                       {"llama4-scout", 16}, {"llama4-maverick", 16}, {"mixtral-8x7b", 16},
+                       {"gpt-oss-120b", 8},  {"gpt-oss-20b", 8}};
+
+class PresetTest : public ::testing::TestWithParam<std::tuple<Case, Mode, KernelPath>> {};
+
+TEST_P(PresetTest, MatchesReferenceOnHostileTokenCounts) {
+  FP4MOE_REQUIRE_GPU();
+  const auto [c, mode, path] = GetParam();
+  MoeProblem full;
+  ASSERT_OK(get_preset(c.preset, &full));
+  if (mode == Mode::kW4A4 && full.weight_format != WeightFormat::kNvfp4) GTEST_SKIP() << "w4a4 is NVFP4-only";
+  MoeProblem p = scaled_preset(full, c.factor);
+  p.mode = mode;
+  p.max_tokens = 256;
+  const uint64_t seed = testing::test_seed() ^ std::hash<std::string>{}(c.preset);
+  HostMoeWeights hw = make_random_weights(p, seed);
+  LayerOptions opt;
+  opt.path = path;
+  std::unique_ptr<MoeLayer> layer;
+  Status st = MoeLayer::create_dummy(p, seed, opt, &layer);
+  if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.to_string();
+  ASSERT_OK(st);
+  auto rng = make_rng(seed);
+  for (int64_t T : {1, 7, 127}) {
+    auto hidden = testing::random_hidden(rng, T, p.hidden_size);
+    auto logits = testing::random_logits(rng, T, p.num_experts());
+    GpuRun run, again;
+    run_forward(*layer, hidden, logits, T, &run);
+    const std::string what = p.name + " " + to_string(mode) + " T=" + std::to_string(T);
+    expect_matches_reference(p, hw, {}, hidden, run, T, what);
+    // The same inputs give the same bits.
+    run_forward(*layer, hidden, logits, T, &again);
+    EXPECT_EQ(std::memcmp(run.out.data(), again.out.data(), run.out.size() * 2), 0) << what << ": not deterministic";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllPresets, PresetTest,
+                         ::testing::Combine(::testing::ValuesIn(kCases), ::testing::Values(Mode::kW4A16, Mode::kW4A4),
+                                            ::testing::Values(KernelPath::kSimt, KernelPath::kSm90)),
+                         [](const auto& info) {
+                           std::string n = std::get<0>(info.param).preset + "_" + to_string(std::get<1>(info.param)) +
+                                           "_" + to_string(std::get<2>(info.param));
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
+class HostileRoutingTest : public ::testing::TestWithParam<KernelPath> {};
+
+TEST_P(HostileRoutingTest, EveryTokenOnTheSameExpertsAndEmptyExperts) {
+  FP4MOE_REQUIRE_GPU();
+  MoeProblem full;
+  ASSERT_OK(get_preset("qwen3-30b-a3b", &full));
+  MoeProblem p = scaled_preset(full, 4);
+  p.max_tokens = 300;
+  const uint64_t seed = testing::test_seed() + 7;
+  HostMoeWeights hw = make_random_weights(p, seed);
+  LayerOptions opt;
+  opt.path = GetParam();
+  std::unique_ptr<MoeLayer> layer;
+  Status st = MoeLayer::create_dummy(p, seed, opt, &layer);
+  if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.to_string();
+  ASSERT_OK(st);
+  auto rng = make_rng(seed);
+  const int64_t T = 300;  // more tokens on one expert than any token tile
+  auto hidden = testing::random_hidden(rng, T, p.hidden_size);
+  std::vector<int32_t> ids(size_t(T) * p.top_k());
+  std::vector<float> w(ids.size());
+  for (int64_t t = 0; t < T; ++t)
+    for (int k = 0; k < p.top_k(); ++k) {
+      ids[t * p.top_k() + k] = p.num_experts() - 1 - k;  // the same k experts for every token
+      w[t * p.top_k() + k] = 0.25f + 0.1f * k;
+    }
+  GpuRun run;
+  run_forward(*layer, hidden, {}, T, &run, &ids, &w);
+  expect_matches_reference(p, hw, {}, hidden, run, T, "all tokens on experts E-1..E-k");
+}
+
+TEST_P(HostileRoutingTest, ZeroTokensWritesNothingAndSucceeds) {
+  FP4MOE_REQUIRE_GPU();
+  MoeProblem p;
+  ASSERT_OK(get_preset("mixtral-8x7b", &p));
+  p = scaled_preset(p, 32);
+  p.max_tokens = 4;
+  LayerOptions opt;
+  opt.path = GetParam();
+  std::unique_ptr<MoeLayer> layer;
+  Status st = MoeLayer::create_dummy(p, 1, opt, &layer);
+  if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.to_string();
+  ASSERT_OK(st);
+  DeviceBuffer<char> ws(layer->workspace_bytes());
+  DeviceBuffer<float> logits(8);
+  ForwardArgs a;
+  a.router_logits = logits.get();
+  a.num_tokens = 0;
+  ASSERT_OK(layer->forward(a, ws.get(), ws.size(), nullptr));
+  CUDA_ASSERT(cudaDeviceSynchronize());
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, HostileRoutingTest, ::testing::Values(KernelPath::kSimt, KernelPath::kSm90),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
+
+TEST(MoeGpu, ExpertAndTensorParallelShardsSumToTheFullLayer) {
+  FP4MOE_REQUIRE_GPU();
+  MoeProblem full;
+  ASSERT_OK(get_preset("deepseek-r1", &full));
+  MoeProblem p = scaled_preset(full, 16);
+  p.max_tokens = 64;
+  const uint64_t seed = testing::test_seed() + 3;
+  HostMoeWeights hw = make_random_weights(p, seed);
+  auto rng = make_rng(seed);
+  const int64_t T = 33;
+  auto hidden = testing::random_hidden(rng, T, p.hidden_size);
+  auto logits = testing::random_logits(rng, T, p.num_experts());
+  for (auto [ep, tp] : {std::pair<int, int>{2, 1}, {1, 2}, {2, 2}}) {
+    std::vector<double> sum(size_t(T * p.hidden_size), 0.0);
+    for (int er = 0; er < ep; ++er) {
+      for (int tr = 0; tr < tp; ++tr) {
+        LayerOptions opt;
+        opt.ep_rank = er, opt.ep_size = ep, opt.tp_rank = tr, opt.tp_size = tp;
+        std::unique_ptr<MoeLayer> layer;
+        ASSERT_OK(MoeLayer::create_dummy(p, seed, opt, &layer));
+        GpuRun run;
+        run_forward(*layer, hidden, logits, T, &run);
+        // Each shard also matches its own reference partial output.
+        HostMoeWeights shard;
+        ref::ShardSpec spec{er, ep, tr, tp};
+        ASSERT_OK(ref::shard_weights(p, hw, spec, &shard));
+        expect_matches_reference(p, shard, spec, hidden, run, T,
+                                 "ep " + std::to_string(er) + "/" + std::to_string(ep) + " tp " +
+                                     std::to_string(tr) + "/" + std::to_string(tp));
+        for (size_t i = 0; i < sum.size(); ++i) sum[i] += bf16_to_float(run.out[i]);
+      }
+    }
+    GpuRun whole;
+    std::unique_ptr<MoeLayer> layer;
+    ASSERT_OK(MoeLayer::create_dummy(p, seed, {}, &layer));
+    run_forward(*layer, hidden, logits, T, &whole);
+    EXPECT_LE(testing::rel_l2(sum, testing::bf16_to_floats(whole.out)), 1e-2) << "ep " << ep << " tp " << tp;
+  }
+}
+
+TEST(MoeGpu, ForwardRejectsBadArgumentsBeforeLaunching) {
+  FP4MOE_REQUIRE_GPU();
+  MoeProblem p;
+  ASSERT_OK(get_preset("qwen3-30b-a3b", &p));
+  p = scaled_preset(p, 8);
+  p.max_tokens = 16;
+  std::unique_ptr<MoeLayer> layer;
+  ASSERT_OK(MoeLayer::create_dummy(p, 5, {}, &layer));
+  DeviceBuffer<char> ws(layer->workspace_bytes());
+  DeviceBuffer<uint16_t> hidden(32 * p.hidden_size), out(32 * p.hidden_size);
+  DeviceBuffer<float> logits(32 * p.num_experts());
+  auto good = [&] {
+    ForwardArgs a;
+    a.hidden = hidden.get();
+    a.router_logits = logits.get();
+    a.num_tokens = 4;
+    a.out = out.get();
+    return a;
+  };
+  auto expect_error = [&](ForwardArgs a, const std::string& needle, size_t ws_bytes, const void* wsp) {
+    Status s = layer->forward(a, const_cast<void*>(wsp), ws_bytes, nullptr);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << needle;
+    EXPECT_NE(s.message().find(needle), std::string::npos) << "'" << s.message() << "' lacks '" << needle << "'";
+  };
+  ForwardArgs a = good();
+  a.num_tokens = 17;
+  expect_error(a, "num_tokens = 17", ws.size(), ws.get());
+  a = good();
+  a.num_tokens = -1;
+  expect_error(a, "num_tokens = -1", ws.size(), ws.get());
+  a = good();
+  a.hidden = hidden.get() + 1;
+  expect_error(a, "hidden = ", ws.size(), ws.get());
+  a = good();
+  a.out = nullptr;
+  expect_error(a, "out is null", ws.size(), ws.get());
+  a = good();
+  expect_error(a, "workspace_bytes = 100", 100, ws.get());
+  expect_error(a, "workspace is null", ws.size(), nullptr);
+  a.topk_ids = reinterpret_cast<const int32_t*>(logits.get());
+  expect_error(a, "not both", ws.size(), ws.get());
+  a = good();
+  a.router_logits = nullptr;
+  expect_error(a, "not neither", ws.size(), ws.get());
+  CUDA_ASSERT(cudaDeviceSynchronize());
+}
+
+TEST(MoeGpu, OutOfRangeExpertIdsAreSkippedAndReported) {
+  FP4MOE_REQUIRE_GPU();
+  MoeProblem p;
+  ASSERT_OK(get_preset("mixtral-8x7b", &p));
+  p = scaled_preset(p, 32);
+  p.max_tokens = 8;
+  std::unique_ptr<MoeLayer> layer;
+  ASSERT_OK(MoeLayer::create_dummy(p, 9, {}, &layer));
+  std::vector<int32_t> ids = {0, 1, 2, 99, -1, 3, 4, 5};
+  std::vector<float> w(ids.size(), 0.5f);
+  EXPECT_NE(validate_topk_ids(p, ids.data(), 4).message().find("topk_ids[1][1] = 99"), std::string::npos);
+  DeviceBuffer<int32_t> dids(ids);
+  DeviceBuffer<float> dw(w);
+  DeviceBuffer<uint16_t> hidden(4 * p.hidden_size), out(4 * p.hidden_size);
+  CUDA_ASSERT(cudaMemset(hidden.get(), 0x3f, hidden.size() * 2));
+  DeviceBuffer<char> ws(layer->workspace_bytes());
+  ForwardArgs a;
+  a.hidden = hidden.get();
+  a.topk_ids = dids.get();
+  a.topk_weights = dw.get();
+  a.num_tokens = 4;
+  a.out = out.get();
+  ASSERT_OK(layer->forward(a, ws.get(), ws.size(), nullptr));
+  Status s = layer->check_device_errors(ws.get(), nullptr);
+  EXPECT_NE(s.message().find("2 routed expert ids"), std::string::npos) << s.to_string();
+}
+
+}  // namespace
+}  // namespace fp4moe

@@ -111,7 +111,7 @@ class DeviceBuffer {
  public:
   DeviceBuffer() = default;
   explicit DeviceBuffer(size_t n) : n_(n) {
-    if (n_ && cudaMalloc(&p_, n_ * sizeof(T)) == cudaSuccess) cudaMemset(p_, 0xff, n_ * sizeof(T));
+    if (n_ && cudaMalloc(reinterpret_cast<void**>(&p_), n_ * sizeof(T)) == cudaSuccess) cudaMemset(p_, 0xff, n_ * sizeof(T));
   }
   DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { upload(host); }
   ~DeviceBuffer() { if (p_) cudaFree(p_); }

@@ -11,10 +11,11 @@
 //                   to the input before the experts (MoeProblem::apply_router_weight_on_input).
 //   kTopKSoftmax  - gpt-oss: top k on the raw logits, softmax over those k.
 //
-// Determinism contract: ties in a selection are broken by the lowest expert id. Scores are computed
-// with the same IEEE operations on the CPU and the GPU (a fixed exp implementation, no fast-math), so
-// both pick the same ids; weights agree closely (the GPU may sum in a different order). The k ids of
-// a token are written in descending score order (ties: ascending id).
+// Determinism contract: ties in a selection are broken by the lowest expert id (-0 ties with +0; a NaN
+// score ranks below -inf). Scores are computed with the same IEEE operations on the CPU and the GPU
+// (a fixed exp implementation, no fast-math) and sums are taken in the same fixed order, so both pick
+// the same ids and produce bit-identical weights, run after run. The k ids of a token are written in
+// descending selection-score order (ties: ascending id); for kDeepSeekV3 that is the biased score.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +44,8 @@ struct RoutingConfig {
 };
 
 // Checks the configuration itself (top_k <= num_experts, group counts divide, method constraints).
+// Supported limits: num_experts <= 512, top_k <= 16 (kUnsupported beyond). The DeepSeek-V3-only
+// fields are checked only for that method and ignored by the others.
 Status validate(const RoutingConfig& config);
 
 struct RoutingArgs {

@@ -1,1 +1,268 @@
-// placeholder: being written (issue 2)
+// MoeLayer: weights on the device and the forward pipeline
+//   route -> plan -> permute -> GEMM1 (+activation) -> GEMM2 (+bias, router weight) -> finalize.
+// Validation happens in full before the first launch; the forward never synchronizes the host.
+#include <algorithm>
+#include <cstring>
+#include <functional>
+
+#include "fp4moe/moe_gpu.h"
+#include "reference/sharding.h"
+#include "src/common/cuda_utils.h"
+#include "src/gemm/simt/grouped_gemm_simt.h"
+#include "src/moe/weights.h"
+#include "src/moe/workspace.h"
+#include "src/permute/permute.h"
+
+namespace fp4moe {
+
+const char* to_string(KernelPath path) {
+  switch (path) {
+    case KernelPath::kAuto: return "auto";
+    case KernelPath::kSm90: return "sm90";
+    case KernelPath::kSimt: return "simt";
+  }
+  return "?";
+}
+
+Status parse_kernel_path(std::string_view name, KernelPath* out) {
+  if (name == "auto") *out = KernelPath::kAuto;
+  else if (name == "sm90") *out = KernelPath::kSm90;
+  else if (name == "simt") *out = KernelPath::kSimt;
+  else return invalid_argument("kernel path = '", name, "' is not one of: auto, sm90, simt");
+  return Status::Ok();
+}
+
+struct MoeLayer::Impl {
+  MoeProblem problem;
+  LayerOptions options;
+  WeightShard shard;
+  DeviceWeights weights;
+  WorkspaceLayout ws_layout;
+  KernelPath path = KernelPath::kSimt;  // resolved (never kAuto)
+  int device = 0;
+
+  ~Impl() { weights.release(); }
+
+  int tile_tokens(int64_t /*num_tokens*/) const { return kSimtTileTokens; }
+};
+
+namespace {
+
+Status make_shard(const MoeProblem& p, const LayerOptions& o, WeightShard* out) {
+  ref::ShardSpec spec{o.ep_rank, o.ep_size, o.tp_rank, o.tp_size};
+  FP4MOE_RETURN_IF_ERROR(ref::validate_shard(p, spec));
+  const ref::ExpertRange ex = ref::local_experts(p.num_experts(), o.ep_rank, o.ep_size);
+  const ref::IndexRange sl = ref::tp_slice(p.intermediate_size, o.tp_rank, o.tp_size);
+  out->expert_begin = ex.begin;
+  out->num_local_experts = ex.size();
+  out->inter_begin = sl.begin;
+  out->inter_local = sl.size();
+  out->add_w2_bias = o.tp_rank == 0;
+  return Status::Ok();
+}
+
+Status resolve_path(KernelPath requested, KernelPath* out) {
+  DeviceInfo info;
+  FP4MOE_RETURN_IF_ERROR(current_device_info(&info));
+  if (requested == KernelPath::kSm90) {
+    if (info.major != 9)
+      return unsupported("kernel path sm90 needs a Hopper GPU (compute capability 9.0); device ", info.device,
+                         " (", info.name, ") is ", info.major, ".", info.minor);
+    return unsupported("kernel path sm90 is not built yet (issue #3); use simt");
+  }
+  *out = KernelPath::kSimt;
+  return Status::Ok();
+}
+
+Status check_ptr(const char* name, const void* p, size_t alignment) {
+  if (!p) return invalid_argument(name, " is null");
+  if (reinterpret_cast<uintptr_t>(p) % alignment != 0)
+    return invalid_argument(name, " = ", p, " is not ", alignment, "-byte aligned");
+  return Status::Ok();
+}
+
+}  // namespace
+
+MoeLayer::MoeLayer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+MoeLayer::~MoeLayer() = default;
+
+static Status build_layer(const MoeProblem& problem, const LayerOptions& options,
+                          const std::function<Status(const WeightShard&, DeviceWeights*)>& make_weights,
+                          MoeLayer::Impl* impl) {
+  FP4MOE_RETURN_IF_ERROR(validate(problem));
+  impl->problem = problem;
+  impl->options = options;
+  FP4MOE_RETURN_IF_ERROR(make_shard(problem, options, &impl->shard));
+  FP4MOE_CUDA_RETURN(cudaGetDevice(&impl->device));
+  FP4MOE_RETURN_IF_ERROR(resolve_path(options.path, &impl->path));
+  FP4MOE_RETURN_IF_ERROR(make_weights(impl->shard, &impl->weights));
+  impl->ws_layout = WorkspaceLayout::make(problem.max_tokens, problem.top_k(), impl->shard.num_local_experts,
+                                          problem.hidden_size, impl->shard.inter_local);
+  return Status::Ok();
+}
+
+Status MoeLayer::create(const MoeProblem& problem, const MoeWeightsView& host_weights, const LayerOptions& options,
+                        std::unique_ptr<MoeLayer>* out) {
+  if (!out) return invalid_argument("MoeLayer::create: out is null");
+  auto impl = std::make_unique<Impl>();
+  FP4MOE_RETURN_IF_ERROR(build_layer(
+      problem, options,
+      [&](const WeightShard& shard, DeviceWeights* w) { return upload_weights(problem, host_weights, shard, w); },
+      impl.get()));
+  out->reset(new MoeLayer(std::move(impl)));
+  return Status::Ok();
+}
+
+Status MoeLayer::create_dummy(const MoeProblem& problem, uint64_t seed, const LayerOptions& options,
+                              std::unique_ptr<MoeLayer>* out) {
+  if (!out) return invalid_argument("MoeLayer::create_dummy: out is null");
+  auto impl = std::make_unique<Impl>();
+  FP4MOE_RETURN_IF_ERROR(build_layer(
+      problem, options,
+      [&](const WeightShard& shard, DeviceWeights* w) { return make_dummy_weights(problem, seed, shard, w); },
+      impl.get()));
+  out->reset(new MoeLayer(std::move(impl)));
+  return Status::Ok();
+}
+
+const MoeProblem& MoeLayer::problem() const { return impl_->problem; }
+const LayerOptions& MoeLayer::options() const { return impl_->options; }
+int MoeLayer::num_local_experts() const { return impl_->shard.num_local_experts; }
+int64_t MoeLayer::local_intermediate_size() const { return impl_->shard.inter_local; }
+size_t MoeLayer::workspace_bytes() const { return impl_->ws_layout.total; }
+size_t MoeLayer::weight_bytes() const { return impl_->weights.bytes; }
+
+KernelInfo MoeLayer::kernel_info(int64_t num_tokens) const {
+  KernelInfo k;
+  k.path = impl_->path;
+  const int bn = impl_->tile_tokens(num_tokens);
+  k.gemm1 = "gemm1_simt_kernel(units=64x64, tokens=" + std::to_string(bn) + ")";
+  k.gemm2 = "gemm2_simt_kernel(units=64x64, tokens=" + std::to_string(bn) + ")";
+  k.regime = "simt: reference path, CUDA cores";
+  return k;
+}
+
+Status MoeLayer::validate(const ForwardArgs& a, const void* workspace, size_t workspace_bytes) const {
+  const MoeProblem& p = impl_->problem;
+  if (a.num_tokens < 0 || a.num_tokens > p.max_tokens)
+    return invalid_argument("num_tokens = ", a.num_tokens, " must be in [0, max_tokens = ", p.max_tokens, "]");
+  FP4MOE_RETURN_IF_ERROR(check_ptr("workspace", workspace, 256));
+  if (workspace_bytes < impl_->ws_layout.total)
+    return invalid_argument("workspace_bytes = ", workspace_bytes, " is smaller than the ", impl_->ws_layout.total,
+                            " bytes workspace_bytes() asks for");
+  const bool has_logits = a.router_logits != nullptr;
+  const bool has_topk = a.topk_ids != nullptr || a.topk_weights != nullptr;
+  if (has_logits == has_topk)
+    return invalid_argument("give either router_logits or (topk_ids and topk_weights), not ",
+                            has_logits ? "both" : "neither");
+  if (a.num_tokens == 0) return Status::Ok();
+  FP4MOE_RETURN_IF_ERROR(check_ptr("hidden", a.hidden, 16));
+  FP4MOE_RETURN_IF_ERROR(check_ptr("out", a.out, 16));
+  if (has_logits) {
+    FP4MOE_RETURN_IF_ERROR(check_ptr("router_logits", a.router_logits, a.logits_type == LogitsType::kF32 ? 4 : 2));
+    if (p.routing.method == RoutingMethod::kDeepSeekV3 && !impl_->weights.routing_bias)
+      return invalid_argument("routing method deepseek-v3 needs the layer's routing_bias");
+  } else {
+    FP4MOE_RETURN_IF_ERROR(check_ptr("topk_ids", a.topk_ids, 4));
+    FP4MOE_RETURN_IF_ERROR(check_ptr("topk_weights", a.topk_weights, 4));
+  }
+  return Status::Ok();
+}
+
+Status MoeLayer::forward(const ForwardArgs& a, void* workspace, size_t workspace_bytes, cudaStream_t stream) const {
+  FP4MOE_RETURN_IF_ERROR(validate(a, workspace, workspace_bytes));
+  const Impl& m = *impl_;
+  const MoeProblem& p = m.problem;
+  int dev = 0;
+  FP4MOE_CUDA_RETURN(cudaGetDevice(&dev));
+  if (dev != m.device)
+    return invalid_argument("current device ", dev, " is not device ", m.device, " the layer was created on");
+  WorkspacePtrs ws = WorkspacePtrs::from(workspace, m.ws_layout);
+  const int64_t T = a.num_tokens;
+  const int K = p.top_k();
+
+  if (a.router_logits && T > 0) {
+    RoutingArgs r;
+    r.logits = a.router_logits;
+    r.logits_type = a.logits_type;
+    r.correction_bias = m.weights.routing_bias;
+    r.num_tokens = T;
+    r.topk_ids = ws.topk_ids;
+    r.topk_weights = ws.topk_weights;
+    FP4MOE_RETURN_IF_ERROR(route_gpu(p.routing, r, stream));
+  } else if (T > 0) {
+    // Precomputed routing is read in place.
+    ws.topk_ids = const_cast<int32_t*>(a.topk_ids);
+    ws.topk_weights = const_cast<float*>(a.topk_weights);
+  }
+
+  PermuteParams pp;
+  pp.hidden = a.hidden;
+  pp.num_tokens = T;
+  pp.hidden_size = p.hidden_size;
+  pp.top_k = K;
+  pp.num_experts = p.num_experts();
+  pp.expert_begin = m.shard.expert_begin;
+  pp.num_local_experts = m.shard.num_local_experts;
+  pp.inter_local = m.shard.inter_local;
+  pp.tile_tokens = m.tile_tokens(T);
+  pp.w4a4 = p.mode == Mode::kW4A4;
+  pp.weight_on_input = p.apply_router_weight_on_input();
+  pp.a1_gs = m.weights.a1_gs;
+  pp.layout = m.ws_layout;
+  pp.ws = ws;
+  FP4MOE_RETURN_IF_ERROR(launch_plan(pp, stream));
+  if (T == 0) return Status::Ok();
+  FP4MOE_RETURN_IF_ERROR(launch_permute(pp, stream));
+
+  MoeGemmParams g;
+  g.layout = m.ws_layout;
+  g.ws = ws;
+  g.g1 = m.weights.g1;
+  g.g2 = m.weights.g2;
+  g.w13 = m.weights.w13;
+  g.w2 = m.weights.w2;
+  g.alpha1 = m.weights.alpha1;
+  g.alpha2 = m.weights.alpha2;
+  g.a2_gs = m.weights.a2_gs;
+  g.w13_bias = m.weights.w13_bias;
+  g.w2_bias = m.weights.w2_bias;
+  g.scale_lut = m.weights.scale_lut;
+  g.mxfp4 = m.weights.mxfp4;
+  g.num_local_experts = m.shard.num_local_experts;
+  g.hidden = p.hidden_size;
+  g.inter_local = m.shard.inter_local;
+  g.top_k = K;
+  g.activation = p.activation;
+  g.w4a4 = pp.w4a4;
+  g.weight_on_input = pp.weight_on_input;
+  g.tile_tokens = pp.tile_tokens;
+  g.max_tiles = (T * K + g.tile_tokens - 1) / g.tile_tokens + m.shard.num_local_experts;
+  FP4MOE_RETURN_IF_ERROR(launch_gemm1_simt(g, stream));
+  FP4MOE_RETURN_IF_ERROR(launch_gemm2_simt(g, stream));
+  return launch_finalize(pp, a.out, stream);
+}
+
+Status MoeLayer::check_device_errors(const void* workspace, cudaStream_t stream) const {
+  FP4MOE_RETURN_IF_ERROR(check_ptr("workspace", workspace, 256));
+  int32_t bad = 0;
+  const char* base = static_cast<const char*>(workspace);
+  FP4MOE_CUDA_RETURN(cudaMemcpyAsync(&bad, base + impl_->ws_layout.counts + 4 * impl_->shard.num_local_experts, 4,
+                                     cudaMemcpyDeviceToHost, stream));
+  FP4MOE_CUDA_RETURN(cudaStreamSynchronize(stream));
+  if (bad != 0)
+    return invalid_argument(bad, " routed expert ids were outside [0, num_experts = ", impl_->problem.num_experts(),
+                            "); their slots were skipped");
+  return Status::Ok();
+}
+
+Status validate_topk_ids(const MoeProblem& p, const int32_t* ids, int64_t num_tokens) {
+  if (num_tokens > 0 && !ids) return invalid_argument("topk_ids is null");
+  for (int64_t i = 0; i < num_tokens * p.top_k(); ++i)
+    if (ids[i] < 0 || ids[i] >= p.num_experts())
+      return invalid_argument("topk_ids[", i / p.top_k(), "][", i % p.top_k(), "] = ", ids[i],
+                              " is outside [0, num_experts = ", p.num_experts(), ")");
+  return Status::Ok();
+}
+
+}  // namespace fp4moe

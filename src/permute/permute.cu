@@ -1,1 +1,199 @@
-// placeholder: being written (issue 2)
+// Routing plan, permute (+ w4a4 activation quantization) and finalize kernels. Contracts in
+// permute.h; the numerics (Llama-4 input weighting, NVFP4 `kernel`-recipe fake quantization) match
+// reference/moe_reference.cpp exactly.
+#include <cuda_bf16.h>
+
+#include "src/common/cuda_utils.h"
+#include "src/format/block_codec.h"
+#include "src/permute/permute.h"
+
+namespace fp4moe {
+namespace {
+
+constexpr int kPlanThreads = 1024;
+constexpr int kRowThreads = 128;
+
+// One CTA. Shared memory: E_local counters.
+__global__ void __launch_bounds__(kPlanThreads) plan_kernel(PermuteParams p) {
+  extern __shared__ int32_t smem_counts[];
+  const int num_local = p.num_local_experts;
+  for (int e = threadIdx.x; e < num_local; e += blockDim.x) smem_counts[e] = 0;
+  __shared__ int32_t bad_ids;
+  if (threadIdx.x == 0) bad_ids = 0;
+  __syncthreads();
+  const int64_t num_pairs = p.num_tokens * p.top_k;
+  for (int64_t i = threadIdx.x; i < num_pairs; i += blockDim.x) {
+    const int32_t e = p.ws.topk_ids[i];
+    if (e < 0 || e >= p.num_experts) {
+      atomicAdd(&bad_ids, 1);
+      continue;
+    }
+    const int local = e - p.expert_begin;
+    if (local >= 0 && local < num_local) atomicAdd(&smem_counts[local], 1);
+  }
+  __syncthreads();
+  // Warp 0 scans the padded counts and the token-tile counts in chunks of 32 experts.
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    int32_t row_base = 0, tile_base = 0;
+    for (int e0 = 0; e0 < num_local; e0 += 32) {
+      const int e = e0 + lane;
+      const int32_t count = e < num_local ? smem_counts[e] : 0;
+      const int32_t rows = (count + 7) / 8 * 8;
+      const int32_t tiles = (count + p.tile_tokens - 1) / p.tile_tokens;
+      int32_t rows_incl = rows, tiles_incl = tiles;
+#pragma unroll
+      for (int d = 1; d < 32; d *= 2) {
+        const int32_t r = __shfl_up_sync(0xffffffffu, rows_incl, d);
+        const int32_t t = __shfl_up_sync(0xffffffffu, tiles_incl, d);
+        if (lane >= d) rows_incl += r, tiles_incl += t;
+      }
+      if (e < num_local) {
+        p.ws.counts[e] = count;
+        p.ws.seg_start[e] = row_base + rows_incl - rows;
+        p.ws.cursor[e] = row_base + rows_incl - rows;
+        p.ws.tile_start[e] = tile_base + tiles_incl - tiles;
+      }
+      row_base += __shfl_sync(0xffffffffu, rows_incl, 31);
+      tile_base += __shfl_sync(0xffffffffu, tiles_incl, 31);
+    }
+    if (lane == 0) {
+      p.ws.seg_start[num_local] = row_base;
+      p.ws.tile_start[num_local] = tile_base;
+      p.ws.counts[num_local] = bad_ids;  // read by MoeLayer::check_device_errors()
+    }
+  }
+}
+
+__device__ __forceinline__ void store_piece(uint16_t* tiled, int64_t row, int64_t k, int64_t rows_cap, uint4 v) {
+  *reinterpret_cast<uint4*>(reinterpret_cast<char*>(tiled) + tiled_offset_bytes(row, k, rows_cap)) = v;
+}
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  return uint32_t(float_to_bf16(lo)) | (uint32_t(float_to_bf16(hi)) << 16);
+}
+
+// One CTA per token: each thread owns 16-element blocks of the row.
+__global__ void __launch_bounds__(kRowThreads) permute_kernel(PermuteParams p) {
+  const int64_t t = blockIdx.x;
+  const int64_t H = p.hidden_size;
+  const int K = p.top_k;
+  __shared__ int32_t rows[16];
+  __shared__ float weights[16];
+  __shared__ int32_t locals[16];
+  if (threadIdx.x < K) {
+    const int64_t pair = t * K + threadIdx.x;
+    const int32_t e = p.ws.topk_ids[pair];
+    const int local = e - p.expert_begin;
+    int32_t row = -1;
+    if (e >= 0 && e < p.num_experts && local >= 0 && local < p.num_local_experts) {
+      row = atomicAdd(&p.ws.cursor[local], 1);
+      p.ws.row_pair[row] = int32_t(pair);
+    }
+    p.ws.pair_row[pair] = row;
+    rows[threadIdx.x] = row;
+    locals[threadIdx.x] = local;
+    weights[threadIdx.x] = p.ws.topk_weights[pair];
+  }
+  __syncthreads();
+  const int64_t x_blocks = p.layout.x_k / 16;
+  const int64_t h_pad_begin = p.inter_local / 16, h_blocks = p.layout.h_k / 16;
+  for (int64_t b = threadIdx.x; b < x_blocks; b += blockDim.x) {
+    float v[16];
+    const bool inside = b * 16 < H;
+    if (inside) {
+      const uint4* src = reinterpret_cast<const uint4*>(p.hidden + t * H + b * 16);
+      const uint4 lo = src[0], hi = src[1];
+      const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        v[2 * i] = bf16_to_float(uint16_t(w[i] & 0xffff));
+        v[2 * i + 1] = bf16_to_float(uint16_t(w[i] >> 16));
+      }
+    }
+    for (int s = 0; s < K; ++s) {
+      const int32_t row = rows[s];
+      if (row < 0) continue;
+      uint32_t out[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      if (inside) {
+        float u[16];
+#pragma unroll
+        for (int i = 0; i < 16; ++i)
+          u[i] = p.weight_on_input ? bf16_to_float(float_to_bf16(mul_rn(v[i], weights[s]))) : v[i];
+        if (p.w4a4) {
+          uint8_t packed[8];
+          const uint8_t sf = detail::quantize_nvfp4_block_kernel(u, p.a1_gs[locals[s]], packed);
+          const float scale = e4m3_to_float(sf);
+#pragma unroll
+          for (int i = 0; i < 16; ++i) {
+            const uint8_t code = (i & 1) ? (packed[i / 2] >> 4) : (packed[i / 2] & 0xf);
+            u[i] = mul_rn(e2m1_to_float(code), scale);  // exact in bf16
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < 8; ++i) out[i] = pack_bf16x2(u[2 * i], u[2 * i + 1]);
+      }
+      store_piece(p.ws.x, row, b * 16, p.layout.rows_cap, make_uint4(out[0], out[1], out[2], out[3]));
+      store_piece(p.ws.x, row, b * 16 + 8, p.layout.rows_cap, make_uint4(out[4], out[5], out[6], out[7]));
+    }
+  }
+  // Zero the intermediate's K padding (GEMM1 writes only the first inter_local columns).
+  for (int64_t b = h_pad_begin + threadIdx.x; b < h_blocks; b += blockDim.x) {
+    for (int s = 0; s < K; ++s) {
+      if (rows[s] < 0) continue;
+      store_piece(p.ws.h, rows[s], b * 16, p.layout.rows_cap, make_uint4(0, 0, 0, 0));
+      store_piece(p.ws.h, rows[s], b * 16 + 8, p.layout.rows_cap, make_uint4(0, 0, 0, 0));
+    }
+  }
+}
+
+// One CTA per token; each thread sums 8 columns over the slots in slot order.
+__global__ void __launch_bounds__(kRowThreads) finalize_kernel(PermuteParams p, uint16_t* out) {
+  const int64_t t = blockIdx.x;
+  const int64_t H = p.hidden_size;
+  const int K = p.top_k;
+  __shared__ int32_t rows[16];
+  if (threadIdx.x < K) rows[threadIdx.x] = p.ws.pair_row[t * K + threadIdx.x];
+  __syncthreads();
+  for (int64_t c = threadIdx.x * 8; c < H; c += blockDim.x * 8) {
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int s = 0; s < K; ++s) {
+      if (rows[s] < 0) continue;
+      const uint4 v = *reinterpret_cast<const uint4*>(p.ws.y + int64_t(rows[s]) * H + c);
+      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        acc[2 * i] = add_rn(acc[2 * i], bf16_to_float(uint16_t(w[i] & 0xffff)));
+        acc[2 * i + 1] = add_rn(acc[2 * i + 1], bf16_to_float(uint16_t(w[i] >> 16)));
+      }
+    }
+    *reinterpret_cast<uint4*>(out + t * H + c) =
+        make_uint4(pack_bf16x2(acc[0], acc[1]), pack_bf16x2(acc[2], acc[3]), pack_bf16x2(acc[4], acc[5]),
+                   pack_bf16x2(acc[6], acc[7]));
+  }
+}
+
+}  // namespace
+
+Status launch_plan(const PermuteParams& p, cudaStream_t stream) {
+  const size_t smem = sizeof(int32_t) * size_t(p.num_local_experts);
+  plan_kernel<<<1, kPlanThreads, smem, stream>>>(p);
+  FP4MOE_CUDA_LAUNCH_CHECK(plan_kernel);
+  return Status::Ok();
+}
+
+Status launch_permute(const PermuteParams& p, cudaStream_t stream) {
+  if (p.num_tokens == 0) return Status::Ok();
+  permute_kernel<<<unsigned(p.num_tokens), kRowThreads, 0, stream>>>(p);
+  FP4MOE_CUDA_LAUNCH_CHECK(permute_kernel);
+  return Status::Ok();
+}
+
+Status launch_finalize(const PermuteParams& p, uint16_t* out, cudaStream_t stream) {
+  if (p.num_tokens == 0) return Status::Ok();
+  finalize_kernel<<<unsigned(p.num_tokens), kRowThreads, 0, stream>>>(p, out);
+  FP4MOE_CUDA_LAUNCH_CHECK(finalize_kernel);
+  return Status::Ok();
+}
+
+}  // namespace fp4moe

@@ -1,0 +1,94 @@
+// The MoE layer on one GPU: owns the repacked expert weights and runs the forward pass.
+//
+//   MoeLayer::create(problem, host weights)  repacks checkpoint-layout weights onto the device once;
+//   MoeLayer::create_dummy(problem, seed)    random valid weights generated on the device;
+//   layer->workspace_bytes()                 scratch the caller allocates (sized for max_tokens);
+//   layer->forward(args, workspace, stream)  asynchronous, no host synchronization, CUDA-graph safe.
+//
+// Every argument is validated before anything is launched; errors name the argument and its value.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "fp4moe/moe.h"
+
+namespace fp4moe {
+
+enum class KernelPath {
+  kAuto,  // the fastest path the device supports (sm90 wgmma on Hopper)
+  kSm90,  // FP4-dequant grouped GEMMs on wgmma (sm_90a)
+  kSimt,  // plain CUDA cores: slow, simple, any GPU; the path the fast one is checked against
+};
+const char* to_string(KernelPath path);
+Status parse_kernel_path(std::string_view name, KernelPath* out);
+
+struct LayerOptions {
+  KernelPath path = KernelPath::kAuto;
+  // Expert / tensor parallel shard this layer holds (see reference/sharding.h for the semantics).
+  int ep_rank = 0, ep_size = 1;
+  int tp_rank = 0, tp_size = 1;
+};
+
+struct ForwardArgs {
+  const uint16_t* hidden = nullptr;  // [num_tokens, H] bf16, device, 16-byte aligned
+  // Routing input, one of:
+  const void* router_logits = nullptr;  // [num_tokens, E] fp32 or bf16, device
+  LogitsType logits_type = LogitsType::kF32;
+  const int32_t* topk_ids = nullptr;    // [num_tokens, top_k] precomputed routing (with topk_weights)
+  const float* topk_weights = nullptr;  // [num_tokens, top_k]
+  int64_t num_tokens = 0;               // 0 <= num_tokens <= problem.max_tokens
+  uint16_t* out = nullptr;              // [num_tokens, H] bf16, device, 16-byte aligned
+};
+
+// What ran, for --verbose, the JSON and the Python binding.
+struct KernelInfo {
+  KernelPath path = KernelPath::kSimt;
+  std::string gemm1;  // kernel and config names
+  std::string gemm2;
+  std::string regime; // e.g. "decode: <= 8 tokens per expert"
+};
+
+class MoeLayer {
+ public:
+  static Status create(const MoeProblem& problem, const MoeWeightsView& host_weights, const LayerOptions& options,
+                       std::unique_ptr<MoeLayer>* out);
+  // Weights identical to make_random_weights(problem, seed) (sharded per options), generated on the
+  // device without a host copy.
+  static Status create_dummy(const MoeProblem& problem, uint64_t seed, const LayerOptions& options,
+                             std::unique_ptr<MoeLayer>* out);
+  ~MoeLayer();
+
+  const MoeProblem& problem() const;
+  const LayerOptions& options() const;
+  int num_local_experts() const;
+  int64_t local_intermediate_size() const;
+  // Bytes of scratch memory forward() needs for up to problem().max_tokens tokens (256-byte aligned).
+  size_t workspace_bytes() const;
+  // Bytes of repacked weights held on the device.
+  size_t weight_bytes() const;
+
+  // Checks args against the problem (shapes, pointers, alignment, token count) without launching.
+  Status validate(const ForwardArgs& args, const void* workspace, size_t workspace_bytes) const;
+  Status forward(const ForwardArgs& args, void* workspace, size_t workspace_bytes, cudaStream_t stream) const;
+  // Which kernels forward() runs for num_tokens tokens.
+  KernelInfo kernel_info(int64_t num_tokens) const;
+
+  // Device-side errors of the most recent forward on this workspace: expert ids outside [0, E) in
+  // precomputed routing are skipped (their slot contributes nothing) and counted. Synchronizes.
+  Status check_device_errors(const void* workspace, cudaStream_t stream) const;
+
+  struct Impl;
+
+ private:
+  explicit MoeLayer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Host-side check of host-resident expert ids (names the first bad index and value).
+Status validate_topk_ids(const MoeProblem& problem, const int32_t* host_ids, int64_t num_tokens);
+
+}  // namespace fp4moe

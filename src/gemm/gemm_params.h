@@ -1,0 +1,52 @@
+// Arguments shared by the grouped-GEMM kernels of every path (SIMT, sm90).
+//
+// GEMM1: for each local expert e and each of its rows (routed pairs), h = act(alpha1[e] * W13_e x
+//        + b13) over the gate/up interleaved units, written to the tiled intermediate buffer
+//        (bf16, or NVFP4 fake-quantized with a2_gs[e] in w4a4 mode).
+// GEMM2: y = weight * (alpha2[e] * W2_e h + b2), bf16 row-major [rows_cap, H], weight = the pair's
+//        router weight (1 when it was applied to the input).
+// Token tiles: expert e's rows are cut into tiles of `tile_tokens`; tile_start (from the plan kernel)
+// numbers them across experts.
+#pragma once
+
+#include <cstdint>
+
+#include "fp4moe/moe.h"
+#include "src/moe/weight_layout.h"
+#include "src/moe/workspace.h"
+
+namespace fp4moe {
+
+struct MoeGemmParams {
+  WorkspaceLayout layout;
+  WorkspacePtrs ws;
+  layout::GemmWeightShape g1, g2;
+  const uint8_t* w13 = nullptr;
+  const uint8_t* w2 = nullptr;
+  const float* alpha1 = nullptr;
+  const float* alpha2 = nullptr;
+  const float* a2_gs = nullptr;
+  const float* w13_bias = nullptr;
+  const float* w2_bias = nullptr;
+  const uint32_t* scale_lut = nullptr;
+  bool mxfp4 = false;
+  int num_local_experts = 0;
+  int64_t hidden = 0;
+  int64_t inter_local = 0;
+  int top_k = 0;
+  Activation activation = Activation::kSwiGLU;
+  bool w4a4 = false;
+  bool weight_on_input = false;
+  int tile_tokens = 0;
+  int64_t max_tiles = 0;  // upper bound of the token tiles of any routing (grid sizing)
+};
+
+// Activation in fp32, shared by every GPU path.
+FP4MOE_HD float activation_f32(Activation act, float gate, float up) {
+  if (act == Activation::kSwiGLU) return gate / (1.0f + expf(-gate)) * up;
+  const float g = fminf(gate, 7.0f);
+  const float l = fminf(fmaxf(up, -7.0f), 7.0f);
+  return g / (1.0f + expf(-1.702f * g)) * (l + 1.0f);
+}
+
+}  // namespace fp4moe

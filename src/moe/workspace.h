@@ -1,0 +1,104 @@
+// The forward pass's scratch memory, carved from one caller-allocated buffer. Every region is sized
+// from problem.max_tokens at set-up, so a forward never allocates and can be captured in a graph.
+//
+// Activations travel between kernels in a "tiled" bf16 layout that is the wgmma B-operand layout in
+// shared memory (K-major, 128-byte swizzle), so a GEMM stage is one contiguous bulk copy:
+//   [K/64 chunks][rows_cap rows][64 values]: row p of chunk c is 128 bytes at (c*rows_cap + p)*128,
+//   its 16-byte piece j stored at piece j ^ (p % 8).
+// Rows are routed (token, slot) pairs in expert-major order; each local expert's segment starts at a
+// multiple of 8 rows (one swizzle atom), so a tile of rows never straddles an atom.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "fp4moe/numerics.h"
+#include "src/moe/weight_layout.h"
+
+namespace fp4moe {
+
+constexpr int kMaxTileTokens = 256;  // the largest token tile of any GEMM config (slack rows)
+
+FP4MOE_HD int64_t tiled_offset_bytes(int64_t row, int64_t k, int64_t rows_cap) {
+  const int64_t chunk = k / 64;
+  const int piece = int(k % 64) / 8;
+  return (chunk * rows_cap + row) * 128 + ((piece ^ int(row % 8)) * 16) + (k % 8) * 2;
+}
+
+struct WorkspaceLayout {
+  int64_t max_pairs = 0;  // max_tokens * top_k
+  int64_t rows_cap = 0;   // rows of the tiled activation buffers
+  int64_t x_k = 0;        // padded K of GEMM1 (H rounded to 64)
+  int64_t h_k = 0;        // padded K of GEMM2 (local I rounded to 64)
+  int num_local_experts = 0;
+  // Byte offsets.
+  size_t topk_ids = 0, topk_weights = 0;
+  size_t counts = 0;       // int32 [E_local]: routed pairs per local expert; [E_local] = bad-id count
+  size_t seg_start = 0;    // int32 [E_local + 1]: first row of each expert's segment (multiple of 8)
+  size_t cursor = 0;       // int32 [E_local]
+  size_t tile_start = 0;   // int32 [E_local + 1]: first token tile of each expert (for the run's tile size)
+  size_t pair_row = 0;     // int32 [max_pairs]: row of a (token, slot) pair, -1 if not local
+  size_t row_pair = 0;     // int32 [rows_cap]: pair of a row (valid rows only)
+  size_t x = 0;            // bf16 tiled [x_k/64][rows_cap][64]
+  size_t h = 0;            // bf16 tiled [h_k/64][rows_cap][64]
+  size_t y = 0;            // bf16 [rows_cap, H]: weighted expert outputs
+  size_t total = 0;
+
+  static WorkspaceLayout make(int64_t max_tokens, int top_k, int num_local_experts, int64_t hidden,
+                              int64_t local_inter) {
+    WorkspaceLayout w;
+    auto align = [](size_t v) { return (v + 255) / 256 * 256; };
+    w.max_pairs = max_tokens * top_k;
+    w.num_local_experts = num_local_experts;
+    w.rows_cap = layout::round_up(w.max_pairs + 7 * int64_t(num_local_experts), 8) + kMaxTileTokens;
+    w.x_k = layout::round_up(hidden, 64);
+    w.h_k = layout::round_up(local_inter, 64);
+    size_t off = 0;
+    auto take = [&](size_t bytes) {
+      const size_t at = off;
+      off = align(off + bytes);
+      return at;
+    };
+    const size_t e1 = size_t(num_local_experts) + 1;
+    w.topk_ids = take(4 * size_t(w.max_pairs));
+    w.topk_weights = take(4 * size_t(w.max_pairs));
+    w.counts = take(4 * e1);
+    w.seg_start = take(4 * e1);
+    w.cursor = take(4 * e1);
+    w.tile_start = take(4 * e1);
+    w.pair_row = take(4 * size_t(w.max_pairs));
+    w.row_pair = take(4 * size_t(w.rows_cap));
+    w.x = take(2 * size_t(w.rows_cap) * size_t(w.x_k));
+    w.h = take(2 * size_t(w.rows_cap) * size_t(w.h_k));
+    w.y = take(2 * size_t(w.rows_cap) * size_t(hidden));
+    w.total = off;
+    return w;
+  }
+};
+
+// Device pointers into one workspace.
+struct WorkspacePtrs {
+  int32_t* topk_ids;
+  float* topk_weights;
+  int32_t* counts;
+  int32_t* seg_start;
+  int32_t* cursor;
+  int32_t* tile_start;
+  int32_t* pair_row;
+  int32_t* row_pair;
+  uint16_t* x;
+  uint16_t* h;
+  uint16_t* y;
+
+  static WorkspacePtrs from(void* base, const WorkspaceLayout& l) {
+    char* b = static_cast<char*>(base);
+    return {reinterpret_cast<int32_t*>(b + l.topk_ids), reinterpret_cast<float*>(b + l.topk_weights),
+            reinterpret_cast<int32_t*>(b + l.counts),   reinterpret_cast<int32_t*>(b + l.seg_start),
+            reinterpret_cast<int32_t*>(b + l.cursor),   reinterpret_cast<int32_t*>(b + l.tile_start),
+            reinterpret_cast<int32_t*>(b + l.pair_row), reinterpret_cast<int32_t*>(b + l.row_pair),
+            reinterpret_cast<uint16_t*>(b + l.x),       reinterpret_cast<uint16_t*>(b + l.h),
+            reinterpret_cast<uint16_t*>(b + l.y)};
+  }
+};
+
+}  // namespace fp4moe

@@ -1,0 +1,40 @@
+// Routing plan, permutation (with w4a4 activation quantization fused) and the final combine.
+//
+//   plan:     one CTA counts the pairs routed to each local expert, lays out 8-row-aligned expert
+//             segments and the token-tile prefix, and initializes the placement cursors;
+//   permute:  one CTA per token copies its row into every local expert's segment of the tiled
+//             activation buffer (scaled by the router weight for Llama-4, NVFP4 fake-quantized in
+//             w4a4 mode), zeroes the K padding;
+//   finalize: out[t] = sum over slots, in slot order, of the weighted expert outputs y.
+// No host synchronization; all sizes come from device memory.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "fp4moe/status.h"
+#include "src/moe/workspace.h"
+
+namespace fp4moe {
+
+struct PermuteParams {
+  const uint16_t* hidden = nullptr;  // [T, H]
+  int64_t num_tokens = 0;
+  int64_t hidden_size = 0;
+  int top_k = 0;
+  int num_experts = 0;       // global E
+  int expert_begin = 0;      // global id of local expert 0
+  int num_local_experts = 0;
+  int64_t inter_local = 0;
+  int tile_tokens = 0;       // token tile (BN) of the GEMMs for this forward
+  bool w4a4 = false;
+  bool weight_on_input = false;
+  const float* a1_gs = nullptr;  // [E_local]
+  WorkspaceLayout layout;
+  WorkspacePtrs ws;
+};
+
+Status launch_plan(const PermuteParams& p, cudaStream_t stream);
+Status launch_permute(const PermuteParams& p, cudaStream_t stream);
+Status launch_finalize(const PermuteParams& p, uint16_t* out, cudaStream_t stream);
+
+}  // namespace fp4moe
