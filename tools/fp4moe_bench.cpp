@@ -1,2 +1,484 @@
-// placeholder: being written (issue 2)
-int main() { return 0; }
+// fp4moe-bench: times one MoE layer per token count and reports it against the physical floor.
+//
+//   fp4moe-bench --preset deepseek-r1 --tokens 1,128,8192 [--mode w4a16|w4a4] [--check] [--json FILE]
+//
+// At start it measures the two ceilings of this GPU: device copy bandwidth (bytes read + written per
+// second) and the bf16 matmul rate (cuBLAS, 8192^3). Per token count: median latency of stream
+// launches and of CUDA-graph replays (device events, after warm-up, inputs rotated over more than
+// 3x L2), effective TB/s over the bytes of the experts the routing touched, TFLOP/s, and the ratio to
+// the floor = max(touched expert bytes / copy bandwidth, FLOPs / matmul rate). --check compares a
+// sample of tokens with the fp64 reference. Without a GPU it says so and runs the CPU reference on a
+// scaled-down preset instead.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "fp4moe/moe.h"
+#include "fp4moe/moe_gpu.h"
+#include "fp4moe/numerics.h"
+#include "reference/moe_reference.h"
+#include "src/moe/workspace.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+namespace {
+
+using namespace fp4moe;
+
+struct Options {
+  std::string preset = "deepseek-r1";
+  std::vector<int64_t> tokens = {1, 128, 8192};
+  Mode mode = Mode::kW4A16;
+  KernelPath path = KernelPath::kAuto;
+  bool check = false;
+  bool verbose = false;
+  std::string json;
+  int iters = 50;
+  int warmup = 5;
+  uint64_t seed = 1234;
+  int scale = 1;        // divide H and I (smaller runs)
+  int check_tokens = 8;  // tokens compared with the reference per token count
+  std::string argv;
+};
+
+[[noreturn]] void usage(const char* msg) {
+  std::fprintf(stderr,
+               "error: %s\n"
+               "usage: fp4moe-bench [--preset NAME] [--tokens 1,128,8192] [--mode w4a16|w4a4] [--path auto|sm90|simt]\n"
+               "                    [--check] [--check-tokens N] [--json FILE] [--iters N] [--warmup N] [--seed N]\n"
+               "                    [--scale F] [--verbose]\n",
+               msg);
+  std::exit(2);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 0; i < argc; ++i) o.argv += std::string(i ? " " : "") + argv[i];
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage((a + " needs a value").c_str());
+      return argv[++i];
+    };
+    auto integer = [&](const std::string& v) {
+      char* end = nullptr;
+      const long long x = std::strtoll(v.c_str(), &end, 10);
+      if (!end || *end || x < 0) usage((a + " = '" + v + "' is not a non-negative integer").c_str());
+      return int64_t(x);
+    };
+    if (a == "--preset") o.preset = value();
+    else if (a == "--tokens") {
+      o.tokens.clear();
+      std::stringstream ss(value());
+      for (std::string t; std::getline(ss, t, ',');) o.tokens.push_back(integer(t));
+      if (o.tokens.empty()) usage("--tokens is empty");
+    } else if (a == "--mode") {
+      Status s = parse_mode(value(), &o.mode);
+      if (!s.ok()) usage(s.message().c_str());
+    } else if (a == "--path") {
+      Status s = parse_kernel_path(value(), &o.path);
+      if (!s.ok()) usage(s.message().c_str());
+    } else if (a == "--check") o.check = true;
+    else if (a == "--check-tokens") o.check_tokens = int(integer(value()));
+    else if (a == "--verbose") o.verbose = true;
+    else if (a == "--json") o.json = value();
+    else if (a == "--iters") o.iters = std::max<int>(1, int(integer(value())));
+    else if (a == "--warmup") o.warmup = int(integer(value()));
+    else if (a == "--seed") o.seed = uint64_t(integer(value()));
+    else if (a == "--scale") o.scale = std::max<int>(1, int(integer(value())));
+    else if (a == "--help" || a == "-h") usage("help requested");
+    else usage(("unknown argument '" + a + "'").c_str());
+  }
+  return o;
+}
+
+#define CHECK_CUDA(expr)                                                                                   \
+  do {                                                                                                     \
+    cudaError_t e_ = (expr);                                                                               \
+    if (e_ != cudaSuccess) {                                                                               \
+      std::fprintf(stderr, "error: %s failed: %s (%s:%d)\n", #expr, cudaGetErrorString(e_), __FILE__, __LINE__); \
+      std::exit(1);                                                                                        \
+    }                                                                                                      \
+  } while (0)
+#define CHECK_OK(expr)                                                         \
+  do {                                                                         \
+    ::fp4moe::Status s_ = (expr);                                              \
+    if (!s_.ok()) {                                                            \
+      std::fprintf(stderr, "error: %s: %s\n", #expr, s_.to_string().c_str()); \
+      std::exit(1);                                                            \
+    }                                                                          \
+  } while (0)
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+std::string now_utc() {
+  char buf[64];
+  const std::time_t t = std::time(nullptr);
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+std::string commit() {
+#ifdef FP4MOE_GIT_COMMIT
+  return FP4MOE_GIT_COMMIT;
+#else
+  return "unknown";
+#endif
+}
+
+// ---- Ceilings ----------------------------------------------------------------------------------
+
+struct Ceilings {
+  double copy_tbps = 0;
+  double bf16_tflops = 0;
+};
+
+Ceilings measure_ceilings() {
+  Ceilings c;
+  const size_t bytes = size_t(2) << 30;
+  void *a = nullptr, *b = nullptr;
+  CHECK_CUDA(cudaMalloc(&a, bytes));
+  CHECK_CUDA(cudaMalloc(&b, bytes));
+  CHECK_CUDA(cudaMemset(a, 1, bytes));
+  cudaEvent_t e0, e1;
+  CHECK_CUDA(cudaEventCreate(&e0));
+  CHECK_CUDA(cudaEventCreate(&e1));
+  std::vector<double> ms;
+  for (int i = 0; i < 13; ++i) {
+    CHECK_CUDA(cudaEventRecord(e0));
+    CHECK_CUDA(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice));
+    CHECK_CUDA(cudaEventRecord(e1));
+    CHECK_CUDA(cudaEventSynchronize(e1));
+    float t;
+    CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
+    if (i >= 3) ms.push_back(t);
+  }
+  c.copy_tbps = 2.0 * double(bytes) / (median(ms) * 1e-3) / 1e12;
+  CHECK_CUDA(cudaFree(a));
+  CHECK_CUDA(cudaFree(b));
+
+  const int n = 8192;
+  uint16_t *A, *B;
+  float* C;
+  CHECK_CUDA(cudaMalloc(&A, size_t(n) * n * 2));
+  CHECK_CUDA(cudaMalloc(&B, size_t(n) * n * 2));
+  CHECK_CUDA(cudaMalloc(&C, size_t(n) * n * 4));
+  {
+    // Random bf16 operands (zeros run faster than real data).
+    std::vector<uint16_t> h(size_t(n) * n);
+    std::mt19937 rng(7);
+    std::normal_distribution<float> d(0, 1);
+    for (auto& x : h) x = float_to_bf16(d(rng));
+    CHECK_CUDA(cudaMemcpy(A, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(B, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+  }
+  cublasHandle_t handle;
+  if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) {
+    std::fprintf(stderr, "error: cublasCreate failed\n");
+    std::exit(1);
+  }
+  const float one = 1.0f, zero = 0.0f;
+  ms.clear();
+  for (int i = 0; i < 13; ++i) {
+    CHECK_CUDA(cudaEventRecord(e0));
+    cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &one, A, CUDA_R_16BF, n, B, CUDA_R_16BF, n, &zero, C,
+                 CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    CHECK_CUDA(cudaEventRecord(e1));
+    CHECK_CUDA(cudaEventSynchronize(e1));
+    float t;
+    CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
+    if (i >= 3) ms.push_back(t);
+  }
+  c.bf16_tflops = 2.0 * double(n) * n * n / (median(ms) * 1e-3) / 1e12;
+  cublasDestroy(handle);
+  CHECK_CUDA(cudaFree(A));
+  CHECK_CUDA(cudaFree(B));
+  CHECK_CUDA(cudaFree(C));
+  CHECK_CUDA(cudaEventDestroy(e0));
+  CHECK_CUDA(cudaEventDestroy(e1));
+  return c;
+}
+
+// ---- One token count ------------------------------------------------------------------------------
+
+struct Row {
+  int64_t tokens = 0;
+  int active_experts = 0;
+  double stream_ms = 0, graph_ms = 0;
+  double floor_ms = 0, floor_bytes_ms = 0, floor_flops_ms = 0;
+  double touched_gb = 0, gflop = 0;
+  double check_error = -1;
+  bool check_pass = true;
+  KernelInfo kernel;
+};
+
+std::vector<uint16_t> random_bf16_normal(std::mt19937_64& rng, size_t n) {
+  std::normal_distribution<float> d(0, 1);
+  std::vector<uint16_t> v(n);
+  for (auto& x : v) x = float_to_bf16(d(rng));
+  return v;
+}
+
+double check_against_reference(const MoeProblem& p, uint64_t seed, const std::vector<uint16_t>& hidden,
+                               const std::vector<uint16_t>& out, const std::vector<int32_t>& ids,
+                               const std::vector<float>& weights, int64_t T, int sample) {
+  // The first `sample` tokens, with only the experts they touch regenerated on the host.
+  const int64_t n = std::min<int64_t>(T, sample);
+  const int K = p.top_k();
+  std::vector<int> experts;
+  for (int64_t i = 0; i < n * K; ++i) experts.push_back(ids[i]);
+  std::sort(experts.begin(), experts.end());
+  experts.erase(std::unique(experts.begin(), experts.end()), experts.end());
+  std::vector<int32_t> local_ids(size_t(n * K));
+  for (int64_t i = 0; i < n * K; ++i)
+    local_ids[i] = int32_t(std::lower_bound(experts.begin(), experts.end(), ids[i]) - experts.begin());
+  MoeProblem sub = p;
+  sub.routing.num_experts = int(experts.size());
+  if (sub.routing.method == RoutingMethod::kDeepSeekV3) {
+    sub.routing.method = RoutingMethod::kSoftmaxTopK;  // routing is given; only the expert math matters
+    sub.routing.num_groups = sub.routing.topk_groups = 1;
+  }
+  HostMoeWeights w = make_random_weights_subset(p, seed, experts);
+  std::vector<float> ref_out(size_t(n * p.hidden_size));
+  CHECK_OK(ref::moe_forward_routed(sub, w.view(), {}, hidden.data(), local_ids.data(), weights.data(), n,
+                                   ref_out.data()));
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < n * p.hidden_size; ++i) {
+    const double g = bf16_to_float(out[i]), r = ref_out[i];
+    if (std::isnan(g)) return INFINITY;
+    num += (g - r) * (g - r);
+    den += r * r;
+  }
+  return den > 0 ? std::sqrt(num / den) : INFINITY;
+}
+
+Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, int64_t T, size_t l2_bytes) {
+  const MoeProblem& p = layer.problem();
+  Row row;
+  row.tokens = T;
+  row.kernel = layer.kernel_info(T);
+  const int K = p.top_k(), E = p.num_experts();
+  const int64_t H = p.hidden_size;
+  // Input sets rotated so the activations alone exceed 3x L2 (weights are far larger anyway).
+  const size_t set_bytes = size_t(T) * (H * 2 + E * 4);
+  const int num_sets = int(std::clamp<size_t>(3 * l2_bytes / std::max<size_t>(set_bytes, 1) + 1, 1, 8));
+  std::mt19937_64 rng(o.seed ^ uint64_t(T));
+  std::vector<std::vector<uint16_t>> hidden(num_sets);
+  std::vector<uint16_t*> d_hidden(num_sets);
+  std::vector<float*> d_logits(num_sets);
+  std::normal_distribution<float> nd(0, 1);
+  for (int s = 0; s < num_sets; ++s) {
+    hidden[s] = random_bf16_normal(rng, size_t(T * H));
+    std::vector<float> logits(size_t(T) * E);
+    for (auto& x : logits) x = nd(rng);
+    CHECK_CUDA(cudaMalloc(&d_hidden[s], std::max<size_t>(16, hidden[s].size() * 2)));
+    CHECK_CUDA(cudaMalloc(&d_logits[s], std::max<size_t>(16, logits.size() * 4)));
+    CHECK_CUDA(cudaMemcpy(d_hidden[s], hidden[s].data(), hidden[s].size() * 2, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(d_logits[s], logits.data(), logits.size() * 4, cudaMemcpyHostToDevice));
+  }
+  uint16_t* d_out;
+  void* ws;
+  CHECK_CUDA(cudaMalloc(&d_out, std::max<size_t>(16, size_t(T * H * 2))));
+  CHECK_CUDA(cudaMalloc(&ws, layer.workspace_bytes()));
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  auto args = [&](int s) {
+    ForwardArgs a;
+    a.hidden = d_hidden[s];
+    a.router_logits = d_logits[s];
+    a.num_tokens = T;
+    a.out = d_out;
+    return a;
+  };
+
+  // Touched experts of set 0, and the check.
+  CHECK_OK(layer.forward(args(0), ws, layer.workspace_bytes(), stream));
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  CHECK_OK(layer.check_device_errors(ws, stream));
+  std::vector<int32_t> ids(size_t(T) * K);
+  std::vector<float> wts(ids.size());
+  const WorkspaceLayout wl = WorkspaceLayout::make(p.max_tokens, K, layer.num_local_experts(), H,
+                                                   layer.local_intermediate_size());
+  CHECK_CUDA(cudaMemcpy(ids.data(), static_cast<char*>(ws) + wl.topk_ids, ids.size() * 4, cudaMemcpyDeviceToHost));
+  CHECK_CUDA(cudaMemcpy(wts.data(), static_cast<char*>(ws) + wl.topk_weights, wts.size() * 4, cudaMemcpyDeviceToHost));
+  std::set<int> touched(ids.begin(), ids.end());
+  row.active_experts = int(touched.size());
+  if (o.check && T > 0) {
+    std::vector<uint16_t> out(size_t(T * H));
+    CHECK_CUDA(cudaMemcpy(out.data(), d_out, out.size() * 2, cudaMemcpyDeviceToHost));
+    row.check_error = check_against_reference(p, o.seed, hidden[0], out, ids, wts, T, o.check_tokens);
+    const double tol = p.mode == Mode::kW4A4 ? 3e-2 : 8e-3;
+    row.check_pass = row.check_error <= tol;
+  }
+
+  cudaEvent_t e0, e1;
+  CHECK_CUDA(cudaEventCreate(&e0));
+  CHECK_CUDA(cudaEventCreate(&e1));
+  auto time_it = [&](auto&& launch) {
+    for (int i = 0; i < o.warmup; ++i) launch(i % num_sets);
+    std::vector<double> ms;
+    for (int i = 0; i < o.iters; ++i) {
+      CHECK_CUDA(cudaEventRecord(e0, stream));
+      launch(i % num_sets);
+      CHECK_CUDA(cudaEventRecord(e1, stream));
+      CHECK_CUDA(cudaEventSynchronize(e1));
+      float t;
+      CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
+      ms.push_back(t);
+    }
+    return median(ms);
+  };
+  row.stream_ms = time_it([&](int s) { CHECK_OK(layer.forward(args(s), ws, layer.workspace_bytes(), stream)); });
+  std::vector<cudaGraphExec_t> graphs(num_sets);
+  for (int s = 0; s < num_sets; ++s) {
+    cudaGraph_t g;
+    CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    CHECK_OK(layer.forward(args(s), ws, layer.workspace_bytes(), stream));
+    CHECK_CUDA(cudaStreamEndCapture(stream, &g));
+    CHECK_CUDA(cudaGraphInstantiate(&graphs[s], g, 0));
+    CHECK_CUDA(cudaGraphDestroy(g));
+  }
+  row.graph_ms = time_it([&](int s) { CHECK_CUDA(cudaGraphLaunch(graphs[s], stream)); });
+  CHECK_OK(layer.check_device_errors(ws, stream));
+  for (auto g : graphs) cudaGraphExecDestroy(g);
+
+  row.touched_gb = double(row.active_experts) * double(p.expert_weight_bytes()) * layer.local_intermediate_size() /
+                   double(p.intermediate_size) / 1e9;
+  row.gflop = double(T) * K * double(p.flops_per_pair()) / 1e9;
+  row.floor_bytes_ms = row.touched_gb / ceil.copy_tbps;  // GB / (TB/s) = ms
+  row.floor_flops_ms = row.gflop / ceil.bf16_tflops;     // GFLOP / (TFLOP/s) = ms
+  row.floor_ms = std::max(row.floor_bytes_ms, row.floor_flops_ms);
+
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaStreamDestroy(stream);
+  cudaFree(ws);
+  cudaFree(d_out);
+  for (int s = 0; s < num_sets; ++s) cudaFree(d_hidden[s]), cudaFree(d_logits[s]);
+  return row;
+}
+
+void write_json(const Options& o, const MoeProblem& p, const char* gpu, const Ceilings& c,
+                const std::vector<Row>& rows) {
+  std::ofstream f(o.json);
+  if (!f) {
+    std::fprintf(stderr, "error: cannot write --json %s\n", o.json.c_str());
+    std::exit(1);
+  }
+  f << "{\n  \"tool\": \"fp4moe-bench\",\n  \"date\": \"" << now_utc() << "\",\n  \"commit\": \"" << commit()
+    << "\",\n  \"gpu\": \"" << gpu << "\",\n  \"command\": \"" << o.argv << "\",\n  \"preset\": \"" << p.name
+    << "\",\n  \"mode\": \"" << to_string(p.mode) << "\",\n  \"ceilings\": {\"copy_TBps\": " << c.copy_tbps
+    << ", \"bf16_mm_TFLOPs\": " << c.bf16_tflops << "},\n  \"rows\": [\n";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    f << "    {\"T\": " << r.tokens << ", \"active_experts\": " << r.active_experts << ", \"stream_ms\": " << r.stream_ms
+      << ", \"graph_ms\": " << r.graph_ms << ", \"floor_ms\": " << r.floor_ms << ", \"floor_bytes_ms\": "
+      << r.floor_bytes_ms << ", \"floor_flops_ms\": " << r.floor_flops_ms << ", \"ratio_to_floor\": "
+      << (r.floor_ms > 0 ? r.graph_ms / r.floor_ms : 0) << ", \"touched_GB\": " << r.touched_gb
+      << ", \"GFLOP\": " << r.gflop << ", \"TBps\": " << (r.graph_ms > 0 ? r.touched_gb / r.graph_ms : 0)
+      << ", \"TFLOPs\": " << (r.graph_ms > 0 ? r.gflop / r.graph_ms : 0) << ", \"check_error\": " << r.check_error
+      << ", \"check_pass\": " << (r.check_pass ? "true" : "false") << ", \"kernel_path\": \""
+      << to_string(r.kernel.path) << "\", \"gemm1\": \"" << r.kernel.gemm1 << "\", \"gemm2\": \"" << r.kernel.gemm2
+      << "\", \"regime\": \"" << r.kernel.regime << "\"}" << (i + 1 < rows.size() ? "," : "") << "\n";
+  }
+  f << "  ]\n}\n";
+}
+
+int run_cpu_fallback(const Options& o, const char* why) {
+  MoeProblem p;
+  CHECK_OK(get_preset(o.preset, &p));
+  const int factor = std::max(o.scale, 16);
+  p = scaled_preset(p, factor);
+  p.mode = o.mode;
+  CHECK_OK(validate(p));
+  std::printf("fp4moe-bench: no CUDA GPU available (%s).\n", why);
+  std::printf("Running the CPU reference instead, on %s (H=%lld, I=%lld, E=%d, top-%d, %s).\n", p.name.c_str(),
+              (long long)p.hidden_size, (long long)p.intermediate_size, p.num_experts(), p.top_k(), to_string(p.mode));
+  HostMoeWeights w = make_random_weights(p, o.seed);
+  std::printf("%8s %10s %14s %12s\n", "tokens", "ms", "GFLOP/s(fp64)", "out_norm");
+  for (int64_t T : o.tokens) {
+    T = std::min<int64_t>(T, 64);
+    std::mt19937_64 rng(o.seed ^ uint64_t(T));
+    auto hidden = random_bf16_normal(rng, size_t(T * p.hidden_size));
+    std::vector<float> logits(size_t(T) * p.num_experts());
+    std::normal_distribution<float> nd(0, 1);
+    for (auto& x : logits) x = nd(rng);
+    std::vector<float> out(size_t(T * p.hidden_size));
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK_OK(ref::moe_forward(p, w.view(), {}, hidden.data(), logits.data(), LogitsType::kF32, T, out.data()));
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    double norm = 0;
+    for (float v : out) norm += double(v) * v;
+    std::printf("%8lld %10.2f %14.2f %12.4g\n", (long long)T, ms,
+                double(T) * p.top_k() * p.flops_per_pair() / (ms * 1e6), std::sqrt(norm));
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  int num_devices = 0;
+  const cudaError_t err = cudaGetDeviceCount(&num_devices);
+  if (err != cudaSuccess || num_devices == 0)
+    return run_cpu_fallback(o, err != cudaSuccess ? cudaGetErrorString(err) : "no device");
+
+  MoeProblem p;
+  CHECK_OK(get_preset(o.preset, &p));
+  if (o.scale > 1) p = scaled_preset(p, o.scale);
+  p.mode = o.mode;
+  p.max_tokens = std::max<int64_t>(1, *std::max_element(o.tokens.begin(), o.tokens.end()));
+  CHECK_OK(validate(p));
+  cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  std::printf("fp4moe-bench: %s (%d SMs, %.0f MB L2), preset %s, mode %s\n", prop.name, prop.multiProcessorCount,
+              prop.l2CacheSize / 1e6, p.name.c_str(), to_string(p.mode));
+  const Ceilings ceil = measure_ceilings();
+  std::printf("ceilings: copy %.2f TB/s (read+write), bf16 matmul %.0f TFLOP/s (cuBLAS 8192^3)\n", ceil.copy_tbps,
+              ceil.bf16_tflops);
+  LayerOptions lo;
+  lo.path = o.path;
+  std::unique_ptr<MoeLayer> layer;
+  CHECK_OK(MoeLayer::create_dummy(p, o.seed, lo, &layer));
+  std::printf("layer: H=%lld I=%lld E=%d top-%d, %.2f GB of repacked weights, workspace %.1f MB\n",
+              (long long)p.hidden_size, (long long)p.intermediate_size, p.num_experts(), p.top_k(),
+              layer->weight_bytes() / 1e9, layer->workspace_bytes() / 1e6);
+  std::vector<Row> rows;
+  bool all_pass = true;
+  std::printf("\n%7s %7s %11s %11s %10s %8s %9s %9s %s\n", "tokens", "experts", "stream_ms", "graph_ms", "floor_ms",
+              "x_floor", "TB/s", "TFLOP/s", o.check ? "check(rel_err)" : "");
+  for (int64_t T : o.tokens) {
+    Row r = run_tokens(*layer, o, ceil, T, size_t(prop.l2CacheSize));
+    all_pass &= r.check_pass;
+    char check[64] = "";
+    if (o.check) std::snprintf(check, sizeof check, "%s (%.2e)", r.check_pass ? "pass" : "FAIL", r.check_error);
+    std::printf("%7lld %7d %11.4f %11.4f %10.4f %8.2f %9.2f %9.1f %s\n", (long long)T, r.active_experts, r.stream_ms,
+                r.graph_ms, r.floor_ms, r.floor_ms > 0 ? r.graph_ms / r.floor_ms : 0,
+                r.graph_ms > 0 ? r.touched_gb / r.graph_ms : 0, r.graph_ms > 0 ? r.gflop / r.graph_ms : 0, check);
+    if (o.verbose)
+      std::printf("        path %s | %s | %s | %s\n", to_string(r.kernel.path), r.kernel.regime.c_str(),
+                  r.kernel.gemm1.c_str(), r.kernel.gemm2.c_str());
+    rows.push_back(r);
+  }
+  if (!o.json.empty()) write_json(o, p, prop.name, ceil, rows);
+  if (o.check && !all_pass) {
+    std::fprintf(stderr, "error: --check failed for at least one token count\n");
+    return 1;
+  }
+  return 0;
+}

@@ -114,5 +114,8 @@ struct HostMoeWeights {
 // ModelOpt recipe (NVFP4) or the OCP rule (MXFP4), biases for gpt-oss, correction bias for DeepSeek,
 // activation scales for w4a4 calibrated to unit-variance inputs.
 HostMoeWeights make_random_weights(const MoeProblem& problem, uint64_t seed);
+// The same weights for only the listed (global) experts, in that order: for reference checks of a
+// large layer that touch few experts. routing_bias still covers all experts.
+HostMoeWeights make_random_weights_subset(const MoeProblem& problem, uint64_t seed, const std::vector<int>& experts);
 
 }  // namespace fp4moe

@@ -121,48 +121,48 @@ MoeWeightsView HostMoeWeights::view() const {
 }
 
 HostMoeWeights make_random_weights(const MoeProblem& p, uint64_t seed) {
+  std::vector<int> all(p.num_experts());
+  for (int e = 0; e < p.num_experts(); ++e) all[e] = e;
+  return make_random_weights_subset(p, seed, all);
+}
+
+HostMoeWeights make_random_weights_subset(const MoeProblem& p, uint64_t seed, const std::vector<int>& experts) {
   using namespace detail;
-  const int E = p.num_experts();
   const int64_t H = p.hidden_size, I = p.intermediate_size;
   const int bs = p.block_size();
   const bool mx = p.weight_format == WeightFormat::kMxfp4;
+  const int64_t n13 = 2 * I * H / 2, s13 = 2 * I * H / bs, n2 = H * I / 2, s2 = H * I / bs;
   HostMoeWeights w;
-  w.num_experts = E;
+  w.num_experts = int(experts.size());
   w.intermediate = I;
-  w.w13.resize(size_t(E) * 2 * I * H / 2);
-  w.w13_scale.resize(size_t(E) * 2 * I * H / bs);
-  w.w2.resize(size_t(E) * H * I / 2);
-  w.w2_scale.resize(size_t(E) * H * I / bs);
-  for (size_t i = 0; i < w.w13.size(); ++i) w.w13[i] = dummy_code_byte(seed, kDummyW13, i);
-  for (size_t i = 0; i < w.w13_scale.size(); ++i) w.w13_scale[i] = dummy_scale_byte(seed, kDummyW13Scale, i, mx);
-  for (size_t i = 0; i < w.w2.size(); ++i) w.w2[i] = dummy_code_byte(seed, kDummyW2, i);
-  for (size_t i = 0; i < w.w2_scale.size(); ++i) w.w2_scale[i] = dummy_scale_byte(seed, kDummyW2Scale, i, mx);
-  if (!mx) {
-    w.w13_scale_2.resize(E);
-    w.w2_scale_2.resize(E);
-    for (int e = 0; e < E; ++e) {
-      w.w13_scale_2[e] = dummy_scale_2(seed, kDummyW13Scale2, e, H);
-      w.w2_scale_2[e] = dummy_scale_2(seed, kDummyW2Scale2, e, I);
+  w.w13.resize(experts.size() * n13);
+  w.w13_scale.resize(experts.size() * s13);
+  w.w2.resize(experts.size() * n2);
+  w.w2_scale.resize(experts.size() * s2);
+  for (size_t j = 0; j < experts.size(); ++j) {
+    const int64_t e = experts[j];  // indices are those of the full tensors
+    for (int64_t i = 0; i < n13; ++i) w.w13[j * n13 + i] = dummy_code_byte(seed, kDummyW13, e * n13 + i);
+    for (int64_t i = 0; i < s13; ++i) w.w13_scale[j * s13 + i] = dummy_scale_byte(seed, kDummyW13Scale, e * s13 + i, mx);
+    for (int64_t i = 0; i < n2; ++i) w.w2[j * n2 + i] = dummy_code_byte(seed, kDummyW2, e * n2 + i);
+    for (int64_t i = 0; i < s2; ++i) w.w2_scale[j * s2 + i] = dummy_scale_byte(seed, kDummyW2Scale, e * s2 + i, mx);
+    if (!mx) {
+      w.w13_scale_2.push_back(dummy_scale_2(seed, kDummyW13Scale2, e, H));
+      w.w2_scale_2.push_back(dummy_scale_2(seed, kDummyW2Scale2, e, I));
     }
-  }
-  if (p.has_bias) {
-    w.w13_bias.resize(size_t(E) * 2 * I);
-    w.w2_bias.resize(size_t(E) * H);
-    for (size_t i = 0; i < w.w13_bias.size(); ++i) w.w13_bias[i] = dummy_uniform(seed, kDummyW13Bias, i, -0.5f, 0.5f);
-    for (size_t i = 0; i < w.w2_bias.size(); ++i) w.w2_bias[i] = dummy_uniform(seed, kDummyW2Bias, i, -0.5f, 0.5f);
-  }
-  if (p.mode == Mode::kW4A4) {
-    // Inputs are ~N(0,1) (amax ~5), the intermediate O(1) with amax ~10: global scales amax/2688.
-    w.a13_scale_2.resize(E);
-    w.a2_scale_2.resize(E);
-    for (int e = 0; e < E; ++e) {
-      w.a13_scale_2[e] = dummy_uniform(seed, kDummyA13Scale2, e, 4.0f, 6.0f) / 2688.0f;
-      w.a2_scale_2[e] = dummy_uniform(seed, kDummyA2Scale2, e, 8.0f, 12.0f) / 2688.0f;
+    if (p.has_bias) {
+      for (int64_t i = 0; i < 2 * I; ++i)
+        w.w13_bias.push_back(dummy_uniform(seed, kDummyW13Bias, e * 2 * I + i, -0.5f, 0.5f));
+      for (int64_t i = 0; i < H; ++i) w.w2_bias.push_back(dummy_uniform(seed, kDummyW2Bias, e * H + i, -0.5f, 0.5f));
+    }
+    if (p.mode == Mode::kW4A4) {
+      // Inputs are ~N(0,1) (amax ~5), the intermediate O(1) with amax ~10: global scales amax/2688.
+      w.a13_scale_2.push_back(dummy_uniform(seed, kDummyA13Scale2, e, 4.0f, 6.0f) / 2688.0f);
+      w.a2_scale_2.push_back(dummy_uniform(seed, kDummyA2Scale2, e, 8.0f, 12.0f) / 2688.0f);
     }
   }
   if (p.routing.method == RoutingMethod::kDeepSeekV3) {
-    w.routing_bias.resize(E);
-    for (int e = 0; e < E; ++e) w.routing_bias[e] = dummy_uniform(seed, kDummyRoutingBias, e, -0.1f, 0.1f);
+    w.routing_bias.resize(p.num_experts());
+    for (int e = 0; e < p.num_experts(); ++e) w.routing_bias[e] = dummy_uniform(seed, kDummyRoutingBias, e, -0.1f, 0.1f);
   }
   return w;
 }
