@@ -41,6 +41,30 @@ struct MoeGemmParams {
   int64_t max_tiles = 0;  // upper bound of the token tiles of any routing (grid sizing)
 };
 
+// Which expert and rows a token tile covers (tile numbering from the plan kernel's tile_start).
+struct TileCoord {
+  int expert;    // local expert, -1: past the last tile
+  int32_t row0;  // first row of the tile
+  int32_t rows;  // valid rows in the tile (<= tile_tokens)
+};
+
+#if defined(__CUDACC__)
+__device__ __forceinline__ TileCoord find_tile(const MoeGemmParams& p, int64_t tile) {
+  const int32_t* ts = p.ws.tile_start;
+  if (tile >= ts[p.num_local_experts]) return {-1, 0, 0};
+  int lo = 0, hi = p.num_local_experts;  // the e with ts[e] <= tile < ts[e + 1]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (ts[mid] <= tile) lo = mid;
+    else hi = mid;
+  }
+  const int32_t within = int32_t(tile - ts[lo]);
+  const int32_t count = p.ws.counts[lo];
+  const int32_t rows = count - within * p.tile_tokens;
+  return {lo, p.ws.seg_start[lo] + within * p.tile_tokens, rows < p.tile_tokens ? rows : p.tile_tokens};
+}
+#endif
+
 // Activation in fp32, shared by every GPU path.
 FP4MOE_HD float activation_f32(Activation act, float gate, float up) {
   if (act == Activation::kSwiGLU) return gate / (1.0f + expf(-gate)) * up;

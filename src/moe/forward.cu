@@ -9,6 +9,7 @@
 #include "reference/sharding.h"
 #include "src/common/cuda_utils.h"
 #include "src/gemm/simt/grouped_gemm_simt.h"
+#include "src/gemm/sm90/moe_gemm_sm90.h"
 #include "src/moe/weights.h"
 #include "src/moe/workspace.h"
 #include "src/permute/permute.h"
@@ -40,10 +41,23 @@ struct MoeLayer::Impl {
   WorkspaceLayout ws_layout;
   KernelPath path = KernelPath::kSimt;  // resolved (never kAuto)
   int device = 0;
+  int num_sms = 0;
 
   ~Impl() { weights.release(); }
 
-  int tile_tokens(int64_t /*num_tokens*/) const { return kSimtTileTokens; }
+  sm90::Sm90Config sm90_config(int64_t num_tokens) const {
+    sm90::ConfigInput in;
+    in.num_tokens = num_tokens;
+    in.top_k = problem.top_k();
+    in.num_local_experts = shard.num_local_experts;
+    in.hidden = problem.hidden_size;
+    in.inter_local = shard.inter_local;
+    in.num_sms = num_sms;
+    return sm90::select_config(in);
+  }
+  int tile_tokens(int64_t num_tokens) const {
+    return path == KernelPath::kSm90 ? sm90_config(num_tokens).tile_tokens : kSimtTileTokens;
+  }
 };
 
 namespace {
@@ -61,16 +75,13 @@ Status make_shard(const MoeProblem& p, const LayerOptions& o, WeightShard* out) 
   return Status::Ok();
 }
 
-Status resolve_path(KernelPath requested, KernelPath* out) {
-  DeviceInfo info;
-  FP4MOE_RETURN_IF_ERROR(current_device_info(&info));
-  if (requested == KernelPath::kSm90) {
-    if (info.major != 9)
-      return unsupported("kernel path sm90 needs a Hopper GPU (compute capability 9.0); device ", info.device,
-                         " (", info.name, ") is ", info.major, ".", info.minor);
-    return unsupported("kernel path sm90 is not built yet (issue #3); use simt");
-  }
-  *out = KernelPath::kSimt;
+Status resolve_path(KernelPath requested, const DeviceInfo& info, KernelPath* out) {
+  const bool hopper = info.major == 9 && info.minor == 0;
+  if (requested == KernelPath::kSm90 && !hopper)
+    return unsupported("kernel path sm90 needs a Hopper GPU (compute capability 9.0); device ", info.device,
+                       " (", info.name, ") is ", info.major, ".", info.minor);
+  if (requested == KernelPath::kSimt) *out = KernelPath::kSimt;
+  else *out = hopper ? KernelPath::kSm90 : KernelPath::kSimt;
   return Status::Ok();
 }
 
@@ -94,7 +105,10 @@ static Status build_layer(const MoeProblem& problem, const LayerOptions& options
   impl->options = options;
   FP4MOE_RETURN_IF_ERROR(make_shard(problem, options, &impl->shard));
   FP4MOE_CUDA_RETURN(cudaGetDevice(&impl->device));
-  FP4MOE_RETURN_IF_ERROR(resolve_path(options.path, &impl->path));
+  DeviceInfo info;
+  FP4MOE_RETURN_IF_ERROR(current_device_info(&info));
+  impl->num_sms = info.num_sms;
+  FP4MOE_RETURN_IF_ERROR(resolve_path(options.path, info, &impl->path));
   FP4MOE_RETURN_IF_ERROR(make_weights(impl->shard, &impl->weights));
   impl->ws_layout = WorkspaceLayout::make(problem.max_tokens, problem.top_k(), impl->shard.num_local_experts,
                                           problem.hidden_size, impl->shard.inter_local);
@@ -135,6 +149,13 @@ size_t MoeLayer::weight_bytes() const { return impl_->weights.bytes; }
 KernelInfo MoeLayer::kernel_info(int64_t num_tokens) const {
   KernelInfo k;
   k.path = impl_->path;
+  if (impl_->path == KernelPath::kSm90) {
+    const sm90::Sm90Config c = impl_->sm90_config(num_tokens);
+    k.gemm1 = "sm90_moe_gemm1_wgmma_rs(" + c.name() + ")";
+    k.gemm2 = "sm90_moe_gemm2_wgmma_rs(" + c.name() + ")";
+    k.regime = c.regime;
+    return k;
+  }
   const int bn = impl_->tile_tokens(num_tokens);
   k.gemm1 = "gemm1_simt_kernel(units=64x64, tokens=" + std::to_string(bn) + ")";
   k.gemm2 = "gemm2_simt_kernel(units=64x64, tokens=" + std::to_string(bn) + ")";
@@ -238,8 +259,14 @@ Status MoeLayer::forward(const ForwardArgs& a, void* workspace, size_t workspace
   g.weight_on_input = pp.weight_on_input;
   g.tile_tokens = pp.tile_tokens;
   g.max_tiles = (T * K + g.tile_tokens - 1) / g.tile_tokens + m.shard.num_local_experts;
-  FP4MOE_RETURN_IF_ERROR(launch_gemm1_simt(g, stream));
-  FP4MOE_RETURN_IF_ERROR(launch_gemm2_simt(g, stream));
+  if (m.path == KernelPath::kSm90) {
+    const sm90::Sm90Config cfg = m.sm90_config(T);
+    FP4MOE_RETURN_IF_ERROR(sm90::launch_gemm1(g, cfg, m.num_sms, stream));
+    FP4MOE_RETURN_IF_ERROR(sm90::launch_gemm2(g, cfg, m.num_sms, stream));
+  } else {
+    FP4MOE_RETURN_IF_ERROR(launch_gemm1_simt(g, stream));
+    FP4MOE_RETURN_IF_ERROR(launch_gemm2_simt(g, stream));
+  }
   return launch_finalize(pp, a.out, stream);
 }
 

@@ -17,26 +17,6 @@ constexpr int kRows = layout::kUnitRows;  // 64
 constexpr int kTok = kSimtTileTokens;     // 16
 constexpr int kChunk = 64;
 
-struct TileCoord {
-  int expert;      // local expert, -1: no such tile
-  int32_t row0;    // first row of the tile
-  int32_t rows;    // valid rows in the tile
-};
-
-__device__ TileCoord find_tile(const MoeGemmParams& p, int64_t tile) {
-  const int32_t* ts = p.ws.tile_start;
-  if (tile >= ts[p.num_local_experts]) return {-1, 0, 0};
-  int lo = 0, hi = p.num_local_experts;  // find e with ts[e] <= tile < ts[e+1]
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    if (ts[mid] <= tile) lo = mid;
-    else hi = mid;
-  }
-  const int32_t within = int32_t(tile - ts[lo]);
-  const int32_t count = p.ws.counts[lo];
-  return {lo, p.ws.seg_start[lo] + within * kTok, min(kTok, count - within * kTok)};
-}
-
 // Weight value (unit row, k) of expert e, unit mu, without the global scale, times 2^-7.
 __device__ float weight_value(const uint8_t* base, const layout::GemmWeightShape& s, bool mxfp4, int e,
                               int64_t mu, int ur, int64_t k) {

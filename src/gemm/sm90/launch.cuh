@@ -1,0 +1,48 @@
+// Instantiation and launch of the sm90 kernels for the configs of config.cpp (included by the two
+// translation units sm90_gemm1.cu and sm90_gemm2.cu, one per GEMM, to halve the compile's critical path).
+#pragma once
+
+#include <mutex>
+
+#include "src/common/cuda_utils.h"
+#include "src/gemm/sm90/moe_gemm_sm90.cuh"
+#include "src/gemm/sm90/moe_gemm_sm90.h"
+
+namespace fp4moe::sm90 {
+
+template <class T>
+Status launch_traits(const MoeGemmParams& p, int num_sms, cudaStream_t stream) {
+  auto* kernel = moe_gemm_sm90_kernel<T>;
+  static std::once_flag once;
+  static cudaError_t attr_err = cudaSuccess;
+  std::call_once(once, [&] {
+    attr_err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
+  });
+  FP4MOE_CUDA_RETURN(attr_err);
+  const layout::GemmWeightShape& g = T::kGemm1 ? p.g1 : p.g2;
+  const int64_t m_blocks = (g.m_units() + T::kConsumers - 1) / T::kConsumers;
+  const int64_t max_tiles = p.max_tiles * m_blocks;
+  if (max_tiles == 0) return Status::Ok();
+  const unsigned grid = unsigned(std::min<int64_t>(int64_t(num_sms) * T::kCtasPerSm, max_tiles));
+  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(p);
+  FP4MOE_CUDA_LAUNCH_CHECK(moe_gemm_sm90_kernel);
+  return Status::Ok();
+}
+
+// The one dispatch from a runtime config to an instantiation; the default fails loudly.
+template <bool kGemm1>
+Status dispatch(const MoeGemmParams& p, const Sm90Config& c, int num_sms, cudaStream_t stream) {
+  if (p.tile_tokens != c.tile_tokens)
+    return internal_error("sm90: params tile_tokens ", p.tile_tokens, " != config ", c.tile_tokens);
+  if (c.tile_tokens == 8 && c.consumers == 2 && c.stages == 10 && c.ctas_per_sm == 2)
+    return launch_traits<Sm90Traits<8, 2, 10, 2, kGemm1>>(p, num_sms, stream);
+  if (c.tile_tokens == 32 && c.consumers == 2 && c.stages == 8 && c.ctas_per_sm == 2)
+    return launch_traits<Sm90Traits<32, 2, 8, 2, kGemm1>>(p, num_sms, stream);
+  if (c.tile_tokens == 128 && c.consumers == 2 && c.stages == 6 && c.ctas_per_sm == 1)
+    return launch_traits<Sm90Traits<128, 2, 6, 1, kGemm1>>(p, num_sms, stream);
+  if (c.tile_tokens == 256 && c.consumers == 2 && c.stages == 4 && c.ctas_per_sm == 1)
+    return launch_traits<Sm90Traits<256, 2, 4, 1, kGemm1>>(p, num_sms, stream);
+  return internal_error("sm90: no kernel instantiated for config ", c.name());
+}
+
+}  // namespace fp4moe::sm90

@@ -1,0 +1,323 @@
+// sm_90a grouped MoE GEMMs over FP4 weights on wgmma, dequantized in registers.
+//
+// Computes, per routed token tile of one local expert, D = W x^T with the weights as the register A
+// operand (64-row units, decoded from the unit-tiled layout of src/moe/weight_layout.h) and the
+// tokens as the shared-memory B operand (the tiled, 128-byte-swizzled activations of
+// src/moe/workspace.h), bf16 x bf16 -> fp32 on the tensor cores. GEMM1's epilogue applies alpha,
+// bias and the activation (and NVFP4 fake quantization in w4a4 mode) and writes the tiled
+// intermediate; GEMM2's applies alpha, bias and the router weight and writes y. Same contract and
+// numerics as the SIMT kernels (src/gemm/simt/), checked against reference/moe_reference.cpp.
+//
+// Warp roles (warp-specialized, persistent): warpgroup 0 is the producer, one thread of which streams
+// each K chunk (64) of the tile's weight units and activation rows into a shared-memory stage with
+// bulk async copies; warpgroups 1..C are consumers, consumer c owning weight unit c of the tile.
+#pragma once
+
+#include <cute/arch/mma_sm90_gmma.hpp>
+
+#include <cstdint>
+#include <utility>
+
+#include "src/format/block_codec.h"
+#include "src/gemm/gemm_params.h"
+#include "src/gemm/sm90/ptx.cuh"
+
+namespace fp4moe::sm90 {
+
+namespace gmma = cute::SM90::GMMA;
+
+template <int kBN>
+struct RsMma;
+template <>
+struct RsMma<8> {
+  using Op = gmma::MMA_64x8x16_F32BF16BF16_RS<gmma::Major::K, gmma::Major::K>;
+};
+template <>
+struct RsMma<32> {
+  using Op = gmma::MMA_64x32x16_F32BF16BF16_RS<gmma::Major::K, gmma::Major::K>;
+};
+template <>
+struct RsMma<128> {
+  using Op = gmma::MMA_64x128x16_F32BF16BF16_RS<gmma::Major::K, gmma::Major::K>;
+};
+template <>
+struct RsMma<256> {
+  using Op = gmma::MMA_64x256x16_F32BF16BF16_RS<gmma::Major::K, gmma::Major::K>;
+};
+
+template <class Op, int N, size_t... I>
+__device__ __forceinline__ void mma_rs(const uint32_t (&a)[4], uint64_t desc_b, float (&d)[N],
+                                       std::index_sequence<I...>) {
+  Op::fma(a[0], a[1], a[2], a[3], desc_b, d[I]..., gmma::ScaleOut::One);
+}
+
+template <int kBN_, int kConsumers_, int kStages_, int kCtasPerSm_, bool kGemm1_>
+struct Sm90Traits {
+  static constexpr int kBN = kBN_;
+  static constexpr int kConsumers = kConsumers_;
+  static constexpr int kStages = kStages_;
+  static constexpr int kCtasPerSm = kCtasPerSm_;
+  static constexpr bool kGemm1 = kGemm1_;
+
+  static constexpr int kThreads = 128 * (kConsumers + 1);
+  static constexpr int kAccRegs = kBN / 2;              // m64 x BN fp32 over 128 threads
+  static constexpr int kBTileBytes = kBN * 128;         // BN rows x 64 bf16
+  static constexpr int kWeightStageBytes = kConsumers * layout::kUnitBytes;
+  static constexpr int kStagingStride = 144;            // bytes per token row of the epilogue staging
+  static constexpr int kStagingBytes = kBN * kStagingStride;
+
+  // Shared memory (offsets from a 1024-aligned base).
+  static constexpr int kOffB = 0;  // [kStages][kBTileBytes]: swizzle atoms need 1024-byte alignment
+  static constexpr int kOffW = kOffB + kStages * kBTileBytes;  // [kStages][kConsumers][2304]
+  static constexpr int kOffStaging = kOffW + kStages * kWeightStageBytes;
+  static constexpr int kOffLut = kOffStaging + kConsumers * kStagingBytes;  // 256 x bf16x2
+  static constexpr int kOffRowWeight = kOffLut + 1024;                      // [kConsumers][kBN] fp32
+  static constexpr int kOffBars = kOffRowWeight + kConsumers * kBN * 4;     // full[kStages], empty[kStages]
+  static constexpr int kSmemBytes = kOffBars + 2 * kStages * 8 + 1024;      // + alignment slack
+
+  static constexpr uint32_t kProducerRegs = 40;
+  static constexpr uint32_t kConsumerRegs = 232;
+
+  static_assert(kBN % 8 == 0 && kBTileBytes % 1024 == 0, "token tile must be whole 8-row swizzle atoms");
+  static_assert(kWeightStageBytes % 16 == 0 && kOffStaging % 16 == 0, "bulk copies need 16-byte alignment");
+  static_assert(kSmemBytes <= 232448 / kCtasPerSm, "shared memory budget per CTA exceeded");
+  static_assert(kCtasPerSm == 1 || kThreads * kCtasPerSm <= 2048, "too many threads per SM");
+  static_assert(kCtasPerSm > 1 || (kConsumerRegs * kConsumers + kProducerRegs) * 128 <= 65536,
+                "register budget of setmaxnreg exceeded");
+};
+
+// The four bf16x2 A registers of one k16 step from its 32-bit code word (layout in weight_layout.h)
+// and the two rows' prescaled scales: code * 2^-126 via bit placement, times scale * 2^119 (exact).
+__device__ __forceinline__ void decode_k16(uint32_t w, uint32_t s_r0, uint32_t s_r1, uint32_t (&a)[4]) {
+  constexpr uint32_t kMag = 0x01C001C0u, kSign = 0x80008000u;
+  a[0] = bf16x2_mul(((w << 6) & kMag) | ((w << 3) & kSign), s_r0);
+  a[1] = bf16x2_mul(((w << 3) & kMag) | ((w << 2) & kSign), s_r1);
+  a[2] = bf16x2_mul((w & kMag) | ((w << 1) & kSign), s_r0);
+  a[3] = bf16x2_mul(((w >> 3) & kMag) | (w & kSign), s_r1);
+}
+
+template <class T>
+__global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kernel(const MoeGemmParams p) {
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + T::kOffBars);
+  uint64_t* empty = full + T::kStages;
+  uint32_t* lut = reinterpret_cast<uint32_t*>(smem + T::kOffLut);
+
+  const int wg = threadIdx.x / 128;
+  const int tid = threadIdx.x % 128;
+  for (int i = threadIdx.x; i < 256; i += blockDim.x) lut[i] = p.scale_lut[i];
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < T::kStages; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], T::kConsumers * 4);  // one arrival per consumer warp
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  const layout::GemmWeightShape g = T::kGemm1 ? p.g1 : p.g2;
+  const uint8_t* weights = T::kGemm1 ? p.w13 : p.w2;
+  const uint8_t* act = reinterpret_cast<const uint8_t*>(T::kGemm1 ? p.ws.x : p.ws.h);
+  const int64_t k_units = g.k_units();
+  const int m_units = int(g.m_units());
+  const int m_blocks = (m_units + T::kConsumers - 1) / T::kConsumers;
+  const int64_t num_tiles = int64_t(p.ws.tile_start[p.num_local_experts]) * m_blocks;
+
+  if (wg == 0) {
+    // ---- Producer --------------------------------------------------------------------------------
+    if constexpr (T::kCtasPerSm == 1) regs_decrease<T::kProducerRegs>();
+    if (tid != 0) return;
+    const uint64_t pol_weights = policy_evict_first();
+    const uint64_t pol_act = policy_evict_last();
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+      const TileCoord tc = find_tile(p, t / m_blocks);
+      const int mb = int(t % m_blocks);
+      const int valid_units = min(T::kConsumers, m_units - mb * T::kConsumers);
+      const uint32_t bytes = T::kBTileBytes + valid_units * layout::kUnitBytes;
+      for (int64_t ku = 0; ku < k_units; ++ku) {
+        mbar_wait(&empty[stage], phase ^ 1);
+        mbar_arrive_expect_tx(&full[stage], bytes);
+        bulk_g2s(smem + T::kOffB + stage * T::kBTileBytes, act + (ku * p.layout.rows_cap + tc.row0) * 128,
+                 T::kBTileBytes, &full[stage], pol_act);
+        for (int c = 0; c < valid_units; ++c)
+          bulk_g2s(smem + T::kOffW + stage * T::kWeightStageBytes + c * layout::kUnitBytes,
+                   weights + g.unit_offset(tc.expert, mb * T::kConsumers + c, ku), layout::kUnitBytes,
+                   &full[stage], pol_weights);
+        if (++stage == T::kStages) stage = 0, phase ^= 1;
+      }
+    }
+    return;
+  }
+
+  // ---- Consumers ------------------------------------------------------------------------------------
+  if constexpr (T::kCtasPerSm == 1) regs_increase<T::kConsumerRegs>();
+  const int c = wg - 1;
+  const int warp = tid / 32, lane = tid % 32;
+  const int r0 = 16 * warp + lane / 4;  // this thread's unit rows r0 and r0 + 8
+  uint8_t* staging = smem + T::kOffStaging + c * T::kStagingBytes;
+  float* row_weight = reinterpret_cast<float*>(smem + T::kOffRowWeight) + c * T::kBN;
+  int stage = 0;
+  uint32_t phase = 0;
+
+  for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+    const TileCoord tc = find_tile(p, t / m_blocks);
+    const int mu = int(t % m_blocks) * T::kConsumers + c;
+    const bool active = mu < m_units;
+    float acc[T::kAccRegs];
+#pragma unroll
+    for (int i = 0; i < T::kAccRegs; ++i) acc[i] = 0.0f;
+    // A fragments, double-buffered: chunk ku decodes into a[ku % 2] while chunk ku - 1's MMAs, which
+    // read a[(ku - 1) % 2] asynchronously, are still running. Buffers are indexed with compile-time
+    // constants only (the loop is unrolled by two) so they stay in registers.
+    uint32_t a[2][4][4];
+    int prev_stage = -1;
+    auto fence_fragments = [&](uint32_t(&frag)[4][4]) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) cute::warpgroup_fence_operand(frag[j][q]);
+    };
+    auto chunk = [&](auto buf_tag) {
+      constexpr int buf = decltype(buf_tag)::value;
+      mbar_wait(&full[stage], phase);
+      if (active) {
+        const uint8_t* unit = smem + T::kOffW + stage * T::kWeightStageBytes + c * layout::kUnitBytes;
+        const uint4 codes = *reinterpret_cast<const uint4*>(unit + tid * 16);
+        const uint32_t sc0 = *reinterpret_cast<const uint32_t*>(unit + layout::kUnitCodeBytes + r0 * 4);
+        const uint32_t sc1 = *reinterpret_cast<const uint32_t*>(unit + layout::kUnitCodeBytes + (r0 + 8) * 4);
+        const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          decode_k16(words[j], lut[(sc0 >> (8 * j)) & 0xff], lut[(sc1 >> (8 * j)) & 0xff], a[buf][j]);
+#pragma unroll
+        for (int i = 0; i < T::kAccRegs; ++i) cute::warpgroup_fence_operand(acc[i]);
+        cute::warpgroup_arrive();
+        const uint32_t b_addr = smem_addr(smem + T::kOffB + stage * T::kBTileBytes);
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          mma_rs<typename RsMma<T::kBN>::Op>(a[buf][j], smem_desc_k128(b_addr + 32 * j), acc,
+                                             std::make_index_sequence<T::kAccRegs>{});
+        cute::warpgroup_commit_batch();
+#pragma unroll
+        for (int i = 0; i < T::kAccRegs; ++i) cute::warpgroup_fence_operand(acc[i]);
+        cute::warpgroup_wait<1>();       // the previous chunk's MMAs are done ...
+        fence_fragments(a[buf ^ 1]);     // ... so its fragments may be overwritten from here on
+      }
+      if (prev_stage >= 0 && lane == 0) mbar_arrive(&empty[prev_stage]);  // and its stage refilled
+      prev_stage = stage;
+      if (++stage == T::kStages) stage = 0, phase ^= 1;
+    };
+    int64_t ku = 0;
+    for (; ku + 1 < k_units; ku += 2) {
+      chunk(std::integral_constant<int, 0>{});
+      chunk(std::integral_constant<int, 1>{});
+    }
+    if (ku < k_units) chunk(std::integral_constant<int, 0>{});
+    if (active) {
+      cute::warpgroup_wait<0>();
+      fence_fragments(a[0]);
+      fence_fragments(a[1]);
+    }
+    if (prev_stage >= 0 && lane == 0) mbar_arrive(&empty[prev_stage]);
+    if (!active) continue;
+
+    // ---- Epilogue ---------------------------------------------------------------------------------
+    const int e = tc.expert;
+    const uint32_t bar_id = 1 + c;
+    if constexpr (T::kGemm1) {
+      // Rows r0 / r0 + 8 are the gate / up rows of intermediate index i = 32 mu + 8 warp + lane / 4.
+      float* stg = reinterpret_cast<float*>(staging);  // [BN][36] fp32
+      const int ui = 8 * warp + lane / 4;
+      const int64_t i = int64_t(mu) * layout::kIntermediatePerUnit + ui;
+      const float alpha = p.alpha1[e];
+      float bias_gate = 0.0f, bias_up = 0.0f;
+      if (p.w13_bias) {
+        bias_gate = p.w13_bias[int64_t(e) * 2 * p.inter_local + i];
+        bias_up = p.w13_bias[int64_t(e) * 2 * p.inter_local + p.inter_local + i];
+      }
+#pragma unroll
+      for (int nb = 0; nb < T::kBN / 8; ++nb) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int n = 8 * nb + 2 * (lane % 4) + h;
+          const float gate = acc[4 * nb + h] * alpha + bias_gate;
+          const float up = acc[4 * nb + 2 + h] * alpha + bias_up;
+          stg[n * 36 + ui] = activation_f32(p.activation, gate, up);
+        }
+      }
+      named_barrier_sync(bar_id, 128);
+      for (int task = tid; task < T::kBN * 2; task += 128) {
+        const int n = task / 2, blk = task % 2;
+        if (n >= tc.rows) continue;
+        float v[16];
+        const float4* src = reinterpret_cast<const float4*>(stg + n * 36 + 16 * blk);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const float4 f = src[q];
+          v[4 * q] = f.x, v[4 * q + 1] = f.y, v[4 * q + 2] = f.z, v[4 * q + 3] = f.w;
+        }
+        if (p.w4a4) {
+          uint8_t packed[8];
+          const uint8_t sf = detail::quantize_nvfp4_block_kernel(v, p.a2_gs[e], packed);
+          const float scale = e4m3_to_float(sf);
+#pragma unroll
+          for (int q = 0; q < 16; ++q) {
+            const uint8_t code = (q & 1) ? (packed[q / 2] >> 4) : (packed[q / 2] & 0xf);
+            v[q] = mul_rn(e2m1_to_float(code), scale);
+          }
+        }
+        uint32_t packed_bf16[8];
+#pragma unroll
+        for (int q = 0; q < 8; ++q)
+          packed_bf16[q] = uint32_t(float_to_bf16(v[2 * q])) | (uint32_t(float_to_bf16(v[2 * q + 1])) << 16);
+        const int64_t k = int64_t(mu) * layout::kIntermediatePerUnit + 16 * blk;
+        char* h = reinterpret_cast<char*>(p.ws.h);
+        *reinterpret_cast<uint4*>(h + tiled_offset_bytes(tc.row0 + n, k, p.layout.rows_cap)) =
+            make_uint4(packed_bf16[0], packed_bf16[1], packed_bf16[2], packed_bf16[3]);
+        *reinterpret_cast<uint4*>(h + tiled_offset_bytes(tc.row0 + n, k + 8, p.layout.rows_cap)) =
+            make_uint4(packed_bf16[4], packed_bf16[5], packed_bf16[6], packed_bf16[7]);
+      }
+      named_barrier_sync(bar_id, 128);  // staging is reused by the next tile
+    } else {
+      // Rows r0 / r0 + 8 are output features 64 mu + r0 (+8); columns are the tile's tokens.
+      uint16_t* stg = reinterpret_cast<uint16_t*>(staging);  // [BN][72] bf16
+      if (tid < T::kBN) {
+        float wv = 0.0f;
+        if (tid < tc.rows) wv = p.weight_on_input ? 1.0f : p.ws.topk_weights[p.ws.row_pair[tc.row0 + tid]];
+        row_weight[tid] = wv;
+      }
+      named_barrier_sync(bar_id, 128);
+      const float alpha = p.alpha2[e];
+      const int64_t f0 = int64_t(mu) * layout::kUnitRows + r0;
+      float bias0 = 0.0f, bias1 = 0.0f;
+      if (p.w2_bias) {
+        if (f0 < p.hidden) bias0 = p.w2_bias[int64_t(e) * p.hidden + f0];
+        if (f0 + 8 < p.hidden) bias1 = p.w2_bias[int64_t(e) * p.hidden + f0 + 8];
+      }
+#pragma unroll
+      for (int nb = 0; nb < T::kBN / 8; ++nb) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int n = 8 * nb + 2 * (lane % 4) + h;
+          const float wv = row_weight[n];
+          stg[n * 72 + r0] = float_to_bf16((acc[4 * nb + h] * alpha + bias0) * wv);
+          stg[n * 72 + r0 + 8] = float_to_bf16((acc[4 * nb + 2 + h] * alpha + bias1) * wv);
+        }
+      }
+      named_barrier_sync(bar_id, 128);
+      for (int task = tid; task < T::kBN * 8; task += 128) {
+        const int n = task / 8, q = task % 8;
+        const int64_t col = int64_t(mu) * layout::kUnitRows + 8 * q;
+        if (n >= tc.rows || col >= p.hidden) continue;
+        *reinterpret_cast<uint4*>(p.ws.y + int64_t(tc.row0 + n) * p.hidden + col) =
+            *reinterpret_cast<const uint4*>(stg + n * 72 + 8 * q);
+      }
+      named_barrier_sync(bar_id, 128);
+    }
+  }
+}
+
+}  // namespace fp4moe::sm90

@@ -1,0 +1,17 @@
+// Host entry of the sm90 grouped GEMMs (kernels in moe_gemm_sm90.cuh).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "fp4moe/status.h"
+#include "src/gemm/gemm_params.h"
+#include "src/gemm/sm90/config.h"
+
+namespace fp4moe::sm90 {
+
+// GEMM1 (gate/up + activation) and GEMM2 (down + router weight) for one forward. `cfg` must be one
+// select_config() returns; anything else is rejected (kInternal) rather than silently remapped.
+Status launch_gemm1(const MoeGemmParams& p, const Sm90Config& cfg, int num_sms, cudaStream_t stream);
+Status launch_gemm2(const MoeGemmParams& p, const Sm90Config& cfg, int num_sms, cudaStream_t stream);
+
+}  // namespace fp4moe::sm90
