@@ -14,7 +14,7 @@ log="$out/tests.log"
   for t in test_format test_routing test_reference test_api test_format_gpu test_routing_gpu test_moe_gpu; do
     echo "=== $t"
     start=$(date +%s)
-    timeout 600 "$bin/$t" 2>&1 | grep -vE '^\[ +(RUN|OK) +\]' | tail -60
+    timeout ${FP4MOE_TEST_TIMEOUT:-300} "$bin/$t" 2>&1 | grep -vE '^\[ +(RUN|OK) +\]' | tail -60
     echo "=== $t exit ${PIPESTATUS[0]} in $(( $(date +%s) - start )) s"
   done
 } > "$log" 2>&1
@@ -31,11 +31,17 @@ if [ "${FP4MOE_MEMCHECK:-1}" = 1 ]; then
         grep -E "ERROR SUMMARY|PASSED|FAILED|Invalid|out of bounds" | tail -8
       echo "=== memcheck $t exit ${PIPESTATUS[0]}"
     done
+    filter=${FP4MOE_RACECHECK_FILTER:-*deepseek_r1_w4a16_sm90*:*Hostile*sm90*}
+    echo "=== racecheck test_moe_gpu ($filter)"
+    timeout 900 compute-sanitizer --tool racecheck --error-exitcode 3 "$bin/test_moe_gpu" --gtest_filter="$filter" 2>&1 | \
+      grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED|hazard" | tail -8
+    echo "=== racecheck test_moe_gpu exit ${PIPESTATUS[0]}"
   } > "$out/memcheck.log" 2>&1
-  grep -E "ERROR SUMMARY|exit" "$out/memcheck.log"
+  grep -E "SUMMARY|exit" "$out/memcheck.log"
 fi
 
 for preset in ${@:-deepseek-r1}; do
-  "$bin/fp4moe-bench" --preset "$preset" ${FP4MOE_BENCH_ARGS:---tokens 1,128,8192 --check --verbose} \
-    --json "$out/bench_${preset}.json" 2>&1 | tee -a "$out/bench.log"
+  timeout ${FP4MOE_BENCH_TIMEOUT:-300} "$bin/fp4moe-bench" --preset "$preset" \
+    ${FP4MOE_BENCH_ARGS:---tokens 1,128,8192 --check --verbose} --json "$out/bench_${preset}.json" 2>&1 | \
+    tee -a "$out/bench.log"
 done

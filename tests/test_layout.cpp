@@ -1,0 +1,120 @@
+// The unit-tiled weight layout: fragment mapping is a bijection, pack/unpack round-trip, the register
+// decode of the sm90 kernels (bit placement + one bf16 multiply) gives code * scale * 2^-7 exactly
+// for every code and every scale byte, and the GEMM1 gate/up interleave pairs the right rows.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "fp4moe/numerics.h"
+#include "src/moe/weight_layout.h"
+#include "src/moe/workspace.h"
+#include "test_util.h"
+
+namespace fp4moe {
+namespace {
+
+using namespace layout;
+
+TEST(WeightLayout, FragmentMappingIsABijection) {
+  std::set<std::pair<int, int>> seen;
+  for (int t = 0; t < 128; ++t)
+    for (int j = 0; j < 4; ++j)
+      for (int q = 0; q < 4; ++q)
+        for (int h = 0; h < 2; ++h) {
+          const FragmentCoord c = fragment_coord(t, j, q, h);
+          ASSERT_TRUE(c.row >= 0 && c.row < 64 && c.col >= 0 && c.col < 64);
+          ASSERT_TRUE(seen.insert({c.row, c.col}).second);
+          const FragmentSlot s = fragment_slot(c.row, c.col);
+          ASSERT_EQ(s.thread, t);
+          ASSERT_EQ(s.j, j);
+          ASSERT_EQ(s.q, q);
+          ASSERT_EQ(s.half, h);
+        }
+  EXPECT_EQ(seen.size(), 64u * 64u);
+}
+
+TEST(WeightLayout, PackUnpackRoundTrips) {
+  auto rng = testing::make_rng(31);
+  for (int it = 0; it < 10000; ++it) {
+    uint8_t codes[4][2];
+    uint32_t w = 0;
+    for (int q = 0; q < 4; ++q)
+      for (int h = 0; h < 2; ++h) {
+        codes[q][h] = uint8_t(rng() & 15);
+        w = pack_code(w, q, h, codes[q][h]);
+      }
+    for (int q = 0; q < 4; ++q)
+      for (int h = 0; h < 2; ++h) ASSERT_EQ(unpack_code(w, q, h), codes[q][h]);
+  }
+}
+
+// Software bf16 multiply, round to nearest even, subnormals kept (what fma.rn.bf16x2 with a -0
+// addend does): exact here because both factors have few significant bits.
+uint16_t bf16_mul(uint16_t a, uint16_t b) {
+  const double p = double(bf16_to_float(a)) * double(bf16_to_float(b));
+  return float_to_bf16(float(p));  // p is exactly representable in bf16 in every case tested
+}
+
+TEST(WeightLayout, RegisterDecodeIsExactForAllCodesAndScales) {
+  constexpr uint32_t kMag = 0x01C001C0u, kSign = 0x80008000u;
+  for (bool mx : {false, true}) {
+    for (int sb = 0; sb < 256; ++sb) {
+      if (mx && (sb < kMinE8m0 || sb > kMaxE8m0)) continue;
+      if (!mx && (sb & 0x7f) == 0x7f) continue;  // NaN scale: NaN out, not a number to compare
+      const uint16_t S = float_to_bf16(prescaled_scale(uint8_t(sb), mx));
+      ASSERT_EQ(double(bf16_to_float(S)), double(prescaled_scale(uint8_t(sb), mx))) << "scale not exact in bf16";
+      const double scale = mx ? double(e8m0_to_float(uint8_t(sb))) : double(e4m3_to_float(uint8_t(sb)));
+      for (int code = 0; code < 16; ++code) {
+        for (int q = 0; q < 4; ++q) {
+          const uint32_t w = pack_code(pack_code(0, q, 0, uint8_t(code)), q, 1, uint8_t(15 - code));
+          uint32_t r;
+          switch (q) {  // the four register formulas of decode_k16
+            case 0: r = ((w << 6) & kMag) | ((w << 3) & kSign); break;
+            case 1: r = ((w << 3) & kMag) | ((w << 2) & kSign); break;
+            case 2: r = (w & kMag) | ((w << 1) & kSign); break;
+            default: r = ((w >> 3) & kMag) | (w & kSign); break;
+          }
+          const uint16_t lo = bf16_mul(uint16_t(r & 0xffff), S), hi = bf16_mul(uint16_t(r >> 16), S);
+          const double want_lo = double(e2m1_to_float(uint8_t(code))) * scale / 128.0;
+          const double want_hi = double(e2m1_to_float(uint8_t(15 - code))) * scale / 128.0;
+          ASSERT_EQ(double(bf16_to_float(lo)), want_lo) << "q " << q << " code " << code << " scale byte " << sb;
+          ASSERT_EQ(double(bf16_to_float(hi)), want_hi) << "q " << q << " code " << 15 - code << " scale " << sb;
+        }
+      }
+    }
+  }
+}
+
+TEST(WeightLayout, Gemm1InterleavePairsGateAndUpRows) {
+  GemmWeightShape s{2 * 96, 128, true};  // I = 96: 3 units
+  EXPECT_EQ(s.m_units(), 3);
+  for (int mu = 0; mu < 3; ++mu)
+    for (int ur = 0; ur < 64; ++ur) {
+      if (ur % 16 >= 8) continue;
+      const int64_t gate = s.source_row(mu, ur), up = s.source_row(mu, ur + 8);
+      ASSERT_GE(gate, 0);
+      EXPECT_LT(gate, 96);
+      EXPECT_EQ(up, gate + 96);  // the same intermediate index
+      EXPECT_EQ(gate, mu * 32 + (ur / 16) * 8 + ur % 8);
+    }
+  GemmWeightShape d{100, 64, false};  // 100 rows: the second unit is partly padding
+  EXPECT_EQ(d.source_row(1, 35), 99);
+  EXPECT_EQ(d.source_row(1, 36), -1);
+}
+
+TEST(Workspace, TiledOffsetsAreA128ByteSwizzle) {
+  const int64_t rows_cap = 64;
+  std::set<int64_t> seen;
+  for (int64_t r = 0; r < rows_cap; ++r)
+    for (int64_t k = 0; k < 128; k += 8) {
+      const int64_t off = tiled_offset_bytes(r, k, rows_cap);
+      EXPECT_TRUE(seen.insert(off).second);
+      EXPECT_EQ(off % 16, 0);
+      // Within an 8-row atom the 16-byte piece index is XORed with the row.
+      EXPECT_EQ((off / 16) % 8, ((k % 64) / 8) ^ (r % 8));
+      EXPECT_EQ(off / 128, (k / 64) * rows_cap + r);
+    }
+}
+
+}  // namespace
+}  // namespace fp4moe
