@@ -82,7 +82,10 @@ TEST_P(ReferencePresets, MatchesIndependentDenseComputation) {
   ASSERT_OK(ref::moe_forward_routed(p, w.view(), {}, hidden.data(), ids.data(), wts.data(), T, out.data()));
   const auto dense = dense_layer(p, w, hidden, ids, wts, T);
   EXPECT_GT(testing::l2_norm(out), 0.0);
-  EXPECT_LE(testing::rel_l2(out, dense), 1e-6);  // fp32 rounding of the output only
+  // The dense path dequantizes weights to fp32 (code * scale * s2 rounded once), the reference keeps
+  // them exact in fp64: a few 1e-7 of difference, which can also flip the bf16 rounding of an
+  // intermediate value (2^-9 of that element). 2e-5 bounds both with margin.
+  EXPECT_LE(testing::rel_l2(out, dense), 2e-5);
 }
 
 INSTANTIATE_TEST_SUITE_P(All, ReferencePresets,
