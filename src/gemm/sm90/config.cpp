@@ -11,10 +11,10 @@ Sm90Config select_config(const ConfigInput& in) {
   const int64_t rows = in.num_tokens * in.top_k;
   const int64_t per_expert = in.num_local_experts > 0 ? (rows + in.num_local_experts - 1) / in.num_local_experts : rows;
   Sm90Config c;
-  if (per_expert <= 8) {
-    c = {8, 2, 10, 2, "decode: <= 8 rows per expert"};
-  } else if (per_expert <= 32) {
-    c = {32, 2, 8, 2, "small: <= 32 rows per expert"};
+  if (per_expert <= 16) {
+    c = {16, 2, 10, 2, "decode: <= 16 rows per expert"};
+  } else if (per_expert <= 64) {
+    c = {64, 4, 8, 1, "small: <= 64 rows per expert"};
   } else if (per_expert <= 128) {
     c = {128, 2, 6, 1, "medium: <= 128 rows per expert"};
   } else {

@@ -26,11 +26,22 @@ namespace fp4moe::sm90 {
 
 namespace gmma = cute::SM90::GMMA;
 
+// Tile metadata is cached in shared memory; routing caps the expert count at 512.
+constexpr int kMaxLocalExperts = 512;
+
 template <int kBN>
 struct RsMma;
 template <>
 struct RsMma<8> {
   using Op = gmma::MMA_64x8x16_F32BF16BF16_RS<gmma::Major::K, gmma::Major::K>;
+};
+template <>
+struct RsMma<16> {
+  using Op = gmma::MMA_64x16x16_F32BF16BF16_RS<gmma::Major::K, gmma::Major::K>;
+};
+template <>
+struct RsMma<64> {
+  using Op = gmma::MMA_64x64x16_F32BF16BF16_RS<gmma::Major::K, gmma::Major::K>;
 };
 template <>
 struct RsMma<32> {
@@ -72,11 +83,18 @@ struct Sm90Traits {
   static constexpr int kOffStaging = kOffW + kStages * kWeightStageBytes;
   static constexpr int kOffLut = kOffStaging + kConsumers * kStagingBytes;  // 256 x bf16x2
   static constexpr int kOffRowWeight = kOffLut + 1024;                      // [kConsumers][kBN] fp32
-  static constexpr int kOffBars = kOffRowWeight + kConsumers * kBN * 4;     // full[kStages], empty[kStages]
+  static constexpr int kOffTileStart = kOffRowWeight + kConsumers * kBN * 4;  // int32 [kMaxLocalExperts + 1]
+  static constexpr int kOffBars = kOffTileStart + ((kMaxLocalExperts + 1) * 4 + 15) / 16 * 16;
   static constexpr int kSmemBytes = kOffBars + 2 * kStages * 8 + 1024;      // + alignment slack
 
+  // A tile's token count picks the smallest wgmma N >= it among kBN, kBN/2, ... down to kMinBucket
+  // (a config changes speed, never results: the per-element k16 sequence is the same for every N).
+  static constexpr int kMinBucket = kBN / 8 > 16 ? kBN / 8 : (kBN < 16 ? kBN : 16);
+
   static constexpr uint32_t kProducerRegs = 40;
-  static constexpr uint32_t kConsumerRegs = 232;
+  static constexpr uint32_t kConsumerRegs =
+      ((65536 / 128 - kProducerRegs) / kConsumers) / 8 * 8 > 240 ? 240
+                                                                  : ((65536 / 128 - kProducerRegs) / kConsumers) / 8 * 8;
 
   static_assert(kBN % 8 == 0 && kBTileBytes % 1024 == 0, "token tile must be whole 8-row swizzle atoms");
   static_assert(kWeightStageBytes % 16 == 0 && kOffStaging % 16 == 0, "bulk copies need 16-byte alignment");
@@ -96,6 +114,217 @@ __device__ __forceinline__ void decode_k16(uint32_t w, uint32_t s_r0, uint32_t s
   a[3] = bf16x2_mul(((w >> 3) & kMag) | (w & kSign), s_r1);
 }
 
+// Tile lookup against the shared-memory copy of tile_start (binary search), then the expert's
+// segment from global memory.
+__device__ __forceinline__ TileCoord find_tile_cached(const MoeGemmParams& p, const int32_t* tile_start,
+                                                      int64_t tile) {
+  int lo = 0, hi = p.num_local_experts;  // the e with tile_start[e] <= tile < tile_start[e + 1]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (tile_start[mid] <= tile) lo = mid;
+    else hi = mid;
+  }
+  const int32_t within = int32_t(tile - tile_start[lo]);
+  const int32_t rows = p.ws.counts[lo] - within * p.tile_tokens;
+  return {lo, p.ws.seg_start[lo] + within * p.tile_tokens, rows < p.tile_tokens ? rows : p.tile_tokens};
+}
+
+template <class T>
+__device__ __forceinline__ int tile_bucket(int rows) {
+  int n = T::kBN;
+  while (n / 2 >= T::kMinBucket && n / 2 >= rows) n /= 2;
+  return n;
+}
+
+// Shared-memory pipeline position, carried across tiles.
+struct PipeState {
+  int stage = 0;
+  uint32_t phase = 0;
+  __device__ void advance(int num_stages) {
+    if (++stage == num_stages) stage = 0, phase ^= 1;
+  }
+};
+
+struct ConsumerCtx {
+  uint8_t* smem;
+  uint64_t* full;
+  uint64_t* empty;
+  const uint32_t* lut;
+  uint8_t* staging;
+  float* row_weight;
+  int c, tid, warp, lane, r0;
+  int64_t k_units;
+};
+
+// One tile of one consumer warpgroup with a wgmma N of kN: the K loop and the epilogue.
+template <class T, int kN>
+__device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const ConsumerCtx& x, const TileCoord& tc,
+                                             int mu, bool active, PipeState& ps) {
+  constexpr int kAcc = kN / 2;
+  float acc[kAcc];
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
+  // A fragments, double-buffered: chunk ku decodes into a[ku % 2] while chunk ku - 1's MMAs, which
+  // read a[(ku - 1) % 2] asynchronously, are still running. Buffers are indexed with compile-time
+  // constants only (the loop is unrolled by two) so they stay in registers.
+  uint32_t a[2][4][4];
+  int prev_stage = -1;
+  auto fence_fragments = [&](uint32_t(&frag)[4][4]) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) cute::warpgroup_fence_operand(frag[j][q]);
+  };
+  auto chunk = [&](auto buf_tag) {
+    constexpr int buf = decltype(buf_tag)::value;
+    mbar_wait(&x.full[ps.stage], ps.phase);
+    if (active) {
+      const uint8_t* unit = x.smem + T::kOffW + ps.stage * T::kWeightStageBytes + x.c * layout::kUnitBytes;
+      const uint4 codes = *reinterpret_cast<const uint4*>(unit + x.tid * 16);
+      const uint32_t sc0 = *reinterpret_cast<const uint32_t*>(unit + layout::kUnitCodeBytes + x.r0 * 4);
+      const uint32_t sc1 = *reinterpret_cast<const uint32_t*>(unit + layout::kUnitCodeBytes + (x.r0 + 8) * 4);
+      const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        decode_k16(words[j], x.lut[(sc0 >> (8 * j)) & 0xff], x.lut[(sc1 >> (8 * j)) & 0xff], a[buf][j]);
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
+      cute::warpgroup_arrive();
+      const uint32_t b_addr = smem_addr(x.smem + T::kOffB + ps.stage * T::kBTileBytes);
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        mma_rs<typename RsMma<kN>::Op>(a[buf][j], smem_desc_k128(b_addr + 32 * j), acc,
+                                       std::make_index_sequence<kAcc>{});
+      cute::warpgroup_commit_batch();
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
+      cute::warpgroup_wait<1>();    // the previous chunk's MMAs are done ...
+      fence_fragments(a[buf ^ 1]);  // ... so its fragments may be overwritten from here on
+    }
+    if (prev_stage >= 0 && x.lane == 0) mbar_arrive(&x.empty[prev_stage]);  // and its stage refilled
+    prev_stage = ps.stage;
+    ps.advance(T::kStages);
+  };
+  int64_t ku = 0;
+  for (; ku + 1 < x.k_units; ku += 2) {
+    chunk(std::integral_constant<int, 0>{});
+    chunk(std::integral_constant<int, 1>{});
+  }
+  if (ku < x.k_units) chunk(std::integral_constant<int, 0>{});
+  if (active) {
+    cute::warpgroup_wait<0>();
+    fence_fragments(a[0]);
+    fence_fragments(a[1]);
+  }
+  if (prev_stage >= 0 && x.lane == 0) mbar_arrive(&x.empty[prev_stage]);
+  if (!active) return;
+
+  // ---- Epilogue -----------------------------------------------------------------------------------
+  const int e = tc.expert;
+  const uint32_t bar_id = 1 + x.c;
+  const int tid = x.tid, lane = x.lane, warp = x.warp, r0 = x.r0;
+  if constexpr (T::kGemm1) {
+    // Rows r0 / r0 + 8 are the gate / up rows of intermediate index i = 32 mu + 8 warp + lane / 4.
+    float* stg = reinterpret_cast<float*>(x.staging);  // [BN][36] fp32
+    const int ui = 8 * warp + lane / 4;
+    const int64_t i = int64_t(mu) * layout::kIntermediatePerUnit + ui;
+    const float alpha = p.alpha1[e];
+    float bias_gate = 0.0f, bias_up = 0.0f;
+    if (p.w13_bias) {
+      bias_gate = p.w13_bias[int64_t(e) * 2 * p.inter_local + i];
+      bias_up = p.w13_bias[int64_t(e) * 2 * p.inter_local + p.inter_local + i];
+    }
+#pragma unroll
+    for (int nb = 0; nb < kN / 8; ++nb) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int n = 8 * nb + 2 * (lane % 4) + h;
+        const float gate = acc[4 * nb + h] * alpha + bias_gate;
+        const float up = acc[4 * nb + 2 + h] * alpha + bias_up;
+        stg[n * 36 + ui] = activation_f32(p.activation, gate, up);
+      }
+    }
+    named_barrier_sync(bar_id, 128);
+    for (int task = tid; task < kN * 2; task += 128) {
+      const int n = task / 2, blk = task % 2;
+      if (n >= tc.rows) continue;
+      float v[16];
+      const float4* src = reinterpret_cast<const float4*>(stg + n * 36 + 16 * blk);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const float4 f = src[q];
+        v[4 * q] = f.x, v[4 * q + 1] = f.y, v[4 * q + 2] = f.z, v[4 * q + 3] = f.w;
+      }
+      if (p.w4a4) {
+        uint8_t packed[8];
+        const uint8_t sf = detail::quantize_nvfp4_block_kernel(v, p.a2_gs[e], packed);
+        const float scale = e4m3_to_float(sf);
+#pragma unroll
+        for (int q = 0; q < 16; ++q) {
+          const uint8_t code = (q & 1) ? (packed[q / 2] >> 4) : (packed[q / 2] & 0xf);
+          v[q] = mul_rn(e2m1_to_float(code), scale);
+        }
+      }
+      uint32_t packed_bf16[8];
+#pragma unroll
+      for (int q = 0; q < 8; ++q)
+        packed_bf16[q] = uint32_t(float_to_bf16(v[2 * q])) | (uint32_t(float_to_bf16(v[2 * q + 1])) << 16);
+      const int64_t k = int64_t(mu) * layout::kIntermediatePerUnit + 16 * blk;
+      char* h = reinterpret_cast<char*>(p.ws.h);
+      *reinterpret_cast<uint4*>(h + tiled_offset_bytes(tc.row0 + n, k, p.layout.rows_cap)) =
+          make_uint4(packed_bf16[0], packed_bf16[1], packed_bf16[2], packed_bf16[3]);
+      *reinterpret_cast<uint4*>(h + tiled_offset_bytes(tc.row0 + n, k + 8, p.layout.rows_cap)) =
+          make_uint4(packed_bf16[4], packed_bf16[5], packed_bf16[6], packed_bf16[7]);
+    }
+    named_barrier_sync(bar_id, 128);  // staging is reused by the next tile
+  } else {
+    // Rows r0 / r0 + 8 are output features 64 mu + r0 (+8); columns are the tile's tokens.
+    uint16_t* stg = reinterpret_cast<uint16_t*>(x.staging);  // [BN][72] bf16
+    if (tid < kN) {
+      float wv = 0.0f;
+      if (tid < tc.rows) wv = p.weight_on_input ? 1.0f : p.ws.topk_weights[p.ws.row_pair[tc.row0 + tid]];
+      x.row_weight[tid] = wv;
+    }
+    named_barrier_sync(bar_id, 128);
+    const float alpha = p.alpha2[e];
+    const int64_t f0 = int64_t(mu) * layout::kUnitRows + r0;
+    float bias0 = 0.0f, bias1 = 0.0f;
+    if (p.w2_bias) {
+      if (f0 < p.hidden) bias0 = p.w2_bias[int64_t(e) * p.hidden + f0];
+      if (f0 + 8 < p.hidden) bias1 = p.w2_bias[int64_t(e) * p.hidden + f0 + 8];
+    }
+#pragma unroll
+    for (int nb = 0; nb < kN / 8; ++nb) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int n = 8 * nb + 2 * (lane % 4) + h;
+        const float wv = x.row_weight[n];
+        stg[n * 72 + r0] = float_to_bf16((acc[4 * nb + h] * alpha + bias0) * wv);
+        stg[n * 72 + r0 + 8] = float_to_bf16((acc[4 * nb + 2 + h] * alpha + bias1) * wv);
+      }
+    }
+    named_barrier_sync(bar_id, 128);
+    for (int task = tid; task < kN * 8; task += 128) {
+      const int n = task / 8, q = task % 8;
+      const int64_t col = int64_t(mu) * layout::kUnitRows + 8 * q;
+      if (n >= tc.rows || col >= p.hidden) continue;
+      *reinterpret_cast<uint4*>(p.ws.y + int64_t(tc.row0 + n) * p.hidden + col) =
+          *reinterpret_cast<const uint4*>(stg + n * 72 + 8 * q);
+    }
+    named_barrier_sync(bar_id, 128);
+  }
+}
+
+// Runs consume_tile with the wgmma N the tile's bucket asks for (kN, kN/2, ... kMinBucket).
+template <class T, int kN>
+__device__ __forceinline__ void consume_bucketed(const MoeGemmParams& p, const ConsumerCtx& x, const TileCoord& tc,
+                                                 int mu, bool active, int bucket, PipeState& ps) {
+  if constexpr (kN / 2 >= T::kMinBucket) {
+    if (bucket < kN) return consume_bucketed<T, kN / 2>(p, x, tc, mu, active, bucket, ps);
+  }
+  consume_tile<T, kN>(p, x, tc, mu, active, ps);
+}
+
 template <class T>
 __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kernel(const MoeGemmParams p) {
   extern __shared__ uint8_t smem_raw[];
@@ -103,10 +332,12 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + T::kOffBars);
   uint64_t* empty = full + T::kStages;
   uint32_t* lut = reinterpret_cast<uint32_t*>(smem + T::kOffLut);
+  int32_t* tile_start = reinterpret_cast<int32_t*>(smem + T::kOffTileStart);
 
   const int wg = threadIdx.x / 128;
   const int tid = threadIdx.x % 128;
   for (int i = threadIdx.x; i < 256; i += blockDim.x) lut[i] = p.scale_lut[i];
+  for (int i = threadIdx.x; i <= p.num_local_experts; i += blockDim.x) tile_start[i] = p.ws.tile_start[i];
   if (threadIdx.x == 0) {
     for (int s = 0; s < T::kStages; ++s) {
       mbar_init(&full[s], 1);
@@ -117,36 +348,36 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   __syncthreads();
 
   const layout::GemmWeightShape g = T::kGemm1 ? p.g1 : p.g2;
-  const uint8_t* weights = T::kGemm1 ? p.w13 : p.w2;
-  const uint8_t* act = reinterpret_cast<const uint8_t*>(T::kGemm1 ? p.ws.x : p.ws.h);
   const int64_t k_units = g.k_units();
   const int m_units = int(g.m_units());
   const int m_blocks = (m_units + T::kConsumers - 1) / T::kConsumers;
-  const int64_t num_tiles = int64_t(p.ws.tile_start[p.num_local_experts]) * m_blocks;
+  const int64_t num_tiles = int64_t(tile_start[p.num_local_experts]) * m_blocks;
 
   if (wg == 0) {
     // ---- Producer --------------------------------------------------------------------------------
     if constexpr (T::kCtasPerSm == 1) regs_decrease<T::kProducerRegs>();
     if (tid != 0) return;
+    const uint8_t* weights = T::kGemm1 ? p.w13 : p.w2;
+    const uint8_t* act = reinterpret_cast<const uint8_t*>(T::kGemm1 ? p.ws.x : p.ws.h);
     const uint64_t pol_weights = policy_evict_first();
     const uint64_t pol_act = policy_evict_last();
-    int stage = 0;
-    uint32_t phase = 0;
+    PipeState ps;
     for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
-      const TileCoord tc = find_tile(p, t / m_blocks);
+      const TileCoord tc = find_tile_cached(p, tile_start, t / m_blocks);
       const int mb = int(t % m_blocks);
       const int valid_units = min(T::kConsumers, m_units - mb * T::kConsumers);
-      const uint32_t bytes = T::kBTileBytes + valid_units * layout::kUnitBytes;
+      const uint32_t b_bytes = uint32_t(tile_bucket<T>(tc.rows)) * 128;
+      const uint32_t bytes = b_bytes + valid_units * layout::kUnitBytes;
       for (int64_t ku = 0; ku < k_units; ++ku) {
-        mbar_wait(&empty[stage], phase ^ 1);
-        mbar_arrive_expect_tx(&full[stage], bytes);
-        bulk_g2s(smem + T::kOffB + stage * T::kBTileBytes, act + (ku * p.layout.rows_cap + tc.row0) * 128,
-                 T::kBTileBytes, &full[stage], pol_act);
+        mbar_wait(&empty[ps.stage], ps.phase ^ 1);
+        mbar_arrive_expect_tx(&full[ps.stage], bytes);
+        bulk_g2s(smem + T::kOffB + ps.stage * T::kBTileBytes, act + (ku * p.layout.rows_cap + tc.row0) * 128,
+                 b_bytes, &full[ps.stage], pol_act);
         for (int c = 0; c < valid_units; ++c)
-          bulk_g2s(smem + T::kOffW + stage * T::kWeightStageBytes + c * layout::kUnitBytes,
+          bulk_g2s(smem + T::kOffW + ps.stage * T::kWeightStageBytes + c * layout::kUnitBytes,
                    weights + g.unit_offset(tc.expert, mb * T::kConsumers + c, ku), layout::kUnitBytes,
-                   &full[stage], pol_weights);
-        if (++stage == T::kStages) stage = 0, phase ^= 1;
+                   &full[ps.stage], pol_weights);
+        ps.advance(T::kStages);
       }
     }
     return;
@@ -154,169 +385,24 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
 
   // ---- Consumers ------------------------------------------------------------------------------------
   if constexpr (T::kCtasPerSm == 1) regs_increase<T::kConsumerRegs>();
-  const int c = wg - 1;
-  const int warp = tid / 32, lane = tid % 32;
-  const int r0 = 16 * warp + lane / 4;  // this thread's unit rows r0 and r0 + 8
-  uint8_t* staging = smem + T::kOffStaging + c * T::kStagingBytes;
-  float* row_weight = reinterpret_cast<float*>(smem + T::kOffRowWeight) + c * T::kBN;
-  int stage = 0;
-  uint32_t phase = 0;
-
+  ConsumerCtx x;
+  x.smem = smem;
+  x.full = full;
+  x.empty = empty;
+  x.lut = lut;
+  x.c = wg - 1;
+  x.tid = tid;
+  x.warp = tid / 32;
+  x.lane = tid % 32;
+  x.r0 = 16 * x.warp + x.lane / 4;  // this thread's unit rows r0 and r0 + 8
+  x.staging = smem + T::kOffStaging + x.c * T::kStagingBytes;
+  x.row_weight = reinterpret_cast<float*>(smem + T::kOffRowWeight) + x.c * T::kBN;
+  x.k_units = k_units;
+  PipeState ps;
   for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
-    const TileCoord tc = find_tile(p, t / m_blocks);
-    const int mu = int(t % m_blocks) * T::kConsumers + c;
-    const bool active = mu < m_units;
-    float acc[T::kAccRegs];
-#pragma unroll
-    for (int i = 0; i < T::kAccRegs; ++i) acc[i] = 0.0f;
-    // A fragments, double-buffered: chunk ku decodes into a[ku % 2] while chunk ku - 1's MMAs, which
-    // read a[(ku - 1) % 2] asynchronously, are still running. Buffers are indexed with compile-time
-    // constants only (the loop is unrolled by two) so they stay in registers.
-    uint32_t a[2][4][4];
-    int prev_stage = -1;
-    auto fence_fragments = [&](uint32_t(&frag)[4][4]) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-#pragma unroll
-        for (int q = 0; q < 4; ++q) cute::warpgroup_fence_operand(frag[j][q]);
-    };
-    auto chunk = [&](auto buf_tag) {
-      constexpr int buf = decltype(buf_tag)::value;
-      mbar_wait(&full[stage], phase);
-      if (active) {
-        const uint8_t* unit = smem + T::kOffW + stage * T::kWeightStageBytes + c * layout::kUnitBytes;
-        const uint4 codes = *reinterpret_cast<const uint4*>(unit + tid * 16);
-        const uint32_t sc0 = *reinterpret_cast<const uint32_t*>(unit + layout::kUnitCodeBytes + r0 * 4);
-        const uint32_t sc1 = *reinterpret_cast<const uint32_t*>(unit + layout::kUnitCodeBytes + (r0 + 8) * 4);
-        const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-          decode_k16(words[j], lut[(sc0 >> (8 * j)) & 0xff], lut[(sc1 >> (8 * j)) & 0xff], a[buf][j]);
-#pragma unroll
-        for (int i = 0; i < T::kAccRegs; ++i) cute::warpgroup_fence_operand(acc[i]);
-        cute::warpgroup_arrive();
-        const uint32_t b_addr = smem_addr(smem + T::kOffB + stage * T::kBTileBytes);
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-          mma_rs<typename RsMma<T::kBN>::Op>(a[buf][j], smem_desc_k128(b_addr + 32 * j), acc,
-                                             std::make_index_sequence<T::kAccRegs>{});
-        cute::warpgroup_commit_batch();
-#pragma unroll
-        for (int i = 0; i < T::kAccRegs; ++i) cute::warpgroup_fence_operand(acc[i]);
-        cute::warpgroup_wait<1>();       // the previous chunk's MMAs are done ...
-        fence_fragments(a[buf ^ 1]);     // ... so its fragments may be overwritten from here on
-      }
-      if (prev_stage >= 0 && lane == 0) mbar_arrive(&empty[prev_stage]);  // and its stage refilled
-      prev_stage = stage;
-      if (++stage == T::kStages) stage = 0, phase ^= 1;
-    };
-    int64_t ku = 0;
-    for (; ku + 1 < k_units; ku += 2) {
-      chunk(std::integral_constant<int, 0>{});
-      chunk(std::integral_constant<int, 1>{});
-    }
-    if (ku < k_units) chunk(std::integral_constant<int, 0>{});
-    if (active) {
-      cute::warpgroup_wait<0>();
-      fence_fragments(a[0]);
-      fence_fragments(a[1]);
-    }
-    if (prev_stage >= 0 && lane == 0) mbar_arrive(&empty[prev_stage]);
-    if (!active) continue;
-
-    // ---- Epilogue ---------------------------------------------------------------------------------
-    const int e = tc.expert;
-    const uint32_t bar_id = 1 + c;
-    if constexpr (T::kGemm1) {
-      // Rows r0 / r0 + 8 are the gate / up rows of intermediate index i = 32 mu + 8 warp + lane / 4.
-      float* stg = reinterpret_cast<float*>(staging);  // [BN][36] fp32
-      const int ui = 8 * warp + lane / 4;
-      const int64_t i = int64_t(mu) * layout::kIntermediatePerUnit + ui;
-      const float alpha = p.alpha1[e];
-      float bias_gate = 0.0f, bias_up = 0.0f;
-      if (p.w13_bias) {
-        bias_gate = p.w13_bias[int64_t(e) * 2 * p.inter_local + i];
-        bias_up = p.w13_bias[int64_t(e) * 2 * p.inter_local + p.inter_local + i];
-      }
-#pragma unroll
-      for (int nb = 0; nb < T::kBN / 8; ++nb) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int n = 8 * nb + 2 * (lane % 4) + h;
-          const float gate = acc[4 * nb + h] * alpha + bias_gate;
-          const float up = acc[4 * nb + 2 + h] * alpha + bias_up;
-          stg[n * 36 + ui] = activation_f32(p.activation, gate, up);
-        }
-      }
-      named_barrier_sync(bar_id, 128);
-      for (int task = tid; task < T::kBN * 2; task += 128) {
-        const int n = task / 2, blk = task % 2;
-        if (n >= tc.rows) continue;
-        float v[16];
-        const float4* src = reinterpret_cast<const float4*>(stg + n * 36 + 16 * blk);
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const float4 f = src[q];
-          v[4 * q] = f.x, v[4 * q + 1] = f.y, v[4 * q + 2] = f.z, v[4 * q + 3] = f.w;
-        }
-        if (p.w4a4) {
-          uint8_t packed[8];
-          const uint8_t sf = detail::quantize_nvfp4_block_kernel(v, p.a2_gs[e], packed);
-          const float scale = e4m3_to_float(sf);
-#pragma unroll
-          for (int q = 0; q < 16; ++q) {
-            const uint8_t code = (q & 1) ? (packed[q / 2] >> 4) : (packed[q / 2] & 0xf);
-            v[q] = mul_rn(e2m1_to_float(code), scale);
-          }
-        }
-        uint32_t packed_bf16[8];
-#pragma unroll
-        for (int q = 0; q < 8; ++q)
-          packed_bf16[q] = uint32_t(float_to_bf16(v[2 * q])) | (uint32_t(float_to_bf16(v[2 * q + 1])) << 16);
-        const int64_t k = int64_t(mu) * layout::kIntermediatePerUnit + 16 * blk;
-        char* h = reinterpret_cast<char*>(p.ws.h);
-        *reinterpret_cast<uint4*>(h + tiled_offset_bytes(tc.row0 + n, k, p.layout.rows_cap)) =
-            make_uint4(packed_bf16[0], packed_bf16[1], packed_bf16[2], packed_bf16[3]);
-        *reinterpret_cast<uint4*>(h + tiled_offset_bytes(tc.row0 + n, k + 8, p.layout.rows_cap)) =
-            make_uint4(packed_bf16[4], packed_bf16[5], packed_bf16[6], packed_bf16[7]);
-      }
-      named_barrier_sync(bar_id, 128);  // staging is reused by the next tile
-    } else {
-      // Rows r0 / r0 + 8 are output features 64 mu + r0 (+8); columns are the tile's tokens.
-      uint16_t* stg = reinterpret_cast<uint16_t*>(staging);  // [BN][72] bf16
-      if (tid < T::kBN) {
-        float wv = 0.0f;
-        if (tid < tc.rows) wv = p.weight_on_input ? 1.0f : p.ws.topk_weights[p.ws.row_pair[tc.row0 + tid]];
-        row_weight[tid] = wv;
-      }
-      named_barrier_sync(bar_id, 128);
-      const float alpha = p.alpha2[e];
-      const int64_t f0 = int64_t(mu) * layout::kUnitRows + r0;
-      float bias0 = 0.0f, bias1 = 0.0f;
-      if (p.w2_bias) {
-        if (f0 < p.hidden) bias0 = p.w2_bias[int64_t(e) * p.hidden + f0];
-        if (f0 + 8 < p.hidden) bias1 = p.w2_bias[int64_t(e) * p.hidden + f0 + 8];
-      }
-#pragma unroll
-      for (int nb = 0; nb < T::kBN / 8; ++nb) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int n = 8 * nb + 2 * (lane % 4) + h;
-          const float wv = row_weight[n];
-          stg[n * 72 + r0] = float_to_bf16((acc[4 * nb + h] * alpha + bias0) * wv);
-          stg[n * 72 + r0 + 8] = float_to_bf16((acc[4 * nb + 2 + h] * alpha + bias1) * wv);
-        }
-      }
-      named_barrier_sync(bar_id, 128);
-      for (int task = tid; task < T::kBN * 8; task += 128) {
-        const int n = task / 8, q = task % 8;
-        const int64_t col = int64_t(mu) * layout::kUnitRows + 8 * q;
-        if (n >= tc.rows || col >= p.hidden) continue;
-        *reinterpret_cast<uint4*>(p.ws.y + int64_t(tc.row0 + n) * p.hidden + col) =
-            *reinterpret_cast<const uint4*>(stg + n * 72 + 8 * q);
-      }
-      named_barrier_sync(bar_id, 128);
-    }
+    const TileCoord tc = find_tile_cached(p, tile_start, t / m_blocks);
+    const int mu = int(t % m_blocks) * T::kConsumers + x.c;
+    consume_bucketed<T, T::kBN>(p, x, tc, mu, mu < m_units, tile_bucket<T>(tc.rows), ps);
   }
 }
 
