@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 
 #include "src/common/cuda_utils.h"
+#include "src/common/pdl.h"
 #include "src/format/block_codec.h"
 #include "src/permute/permute.h"
 
@@ -20,6 +21,8 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PermuteParams p) {
   for (int e = threadIdx.x; e < num_local; e += blockDim.x) smem_counts[e] = 0;
   __shared__ int32_t bad_ids;
   if (threadIdx.x == 0) bad_ids = 0;
+  pdl_launch_dependents();
+  pdl_wait();  // the routing output
   __syncthreads();
   const int64_t num_pairs = p.num_tokens * p.top_k;
   for (int64_t i = threadIdx.x; i < num_pairs; i += blockDim.x) {
@@ -81,6 +84,8 @@ __global__ void __launch_bounds__(kRowThreads) permute_kernel(PermuteParams p) {
   __shared__ int32_t rows[16];
   __shared__ float weights[16];
   __shared__ int32_t locals[16];
+  pdl_launch_dependents();
+  pdl_wait();  // the plan's cursors
   if (threadIdx.x < K) {
     const int64_t pair = t * K + threadIdx.x;
     const int32_t e = p.ws.topk_ids[pair];
@@ -153,6 +158,8 @@ __global__ void __launch_bounds__(kRowThreads) finalize_kernel(PermuteParams p, 
   const int64_t H = p.hidden_size;
   const int K = p.top_k;
   __shared__ int32_t rows[16];
+  pdl_launch_dependents();
+  pdl_wait();  // GEMM2's y
   if (threadIdx.x < K) rows[threadIdx.x] = p.ws.pair_row[t * K + threadIdx.x];
   __syncthreads();
   for (int64_t c = threadIdx.x * 8; c < H; c += blockDim.x * 8) {
@@ -177,23 +184,17 @@ __global__ void __launch_bounds__(kRowThreads) finalize_kernel(PermuteParams p, 
 
 Status launch_plan(const PermuteParams& p, cudaStream_t stream) {
   const size_t smem = sizeof(int32_t) * size_t(p.num_local_experts);
-  plan_kernel<<<1, kPlanThreads, smem, stream>>>(p);
-  FP4MOE_CUDA_LAUNCH_CHECK(plan_kernel);
-  return Status::Ok();
+  return launch_pdl(plan_kernel, dim3(1), dim3(kPlanThreads), smem, stream, p);
 }
 
 Status launch_permute(const PermuteParams& p, cudaStream_t stream) {
   if (p.num_tokens == 0) return Status::Ok();
-  permute_kernel<<<unsigned(p.num_tokens), kRowThreads, 0, stream>>>(p);
-  FP4MOE_CUDA_LAUNCH_CHECK(permute_kernel);
-  return Status::Ok();
+  return launch_pdl(permute_kernel, dim3(unsigned(p.num_tokens)), dim3(kRowThreads), 0, stream, p);
 }
 
 Status launch_finalize(const PermuteParams& p, uint16_t* out, cudaStream_t stream) {
   if (p.num_tokens == 0) return Status::Ok();
-  finalize_kernel<<<unsigned(p.num_tokens), kRowThreads, 0, stream>>>(p, out);
-  FP4MOE_CUDA_LAUNCH_CHECK(finalize_kernel);
-  return Status::Ok();
+  return launch_pdl(finalize_kernel, dim3(unsigned(p.num_tokens)), dim3(kRowThreads), 0, stream, p, out);
 }
 
 }  // namespace fp4moe

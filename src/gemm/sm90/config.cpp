@@ -12,7 +12,7 @@ Sm90Config select_config(const ConfigInput& in) {
   const int64_t per_expert = in.num_local_experts > 0 ? (rows + in.num_local_experts - 1) / in.num_local_experts : rows;
   Sm90Config c;
   if (per_expert <= 16) {
-    c = {16, 2, 10, 2, "decode: <= 16 rows per expert"};
+    c = {16, 2, 8, 3, "decode: <= 16 rows per expert"};
   } else if (per_expert <= 64) {
     c = {64, 4, 8, 1, "small: <= 64 rows per expert"};
   } else if (per_expert <= 128) {

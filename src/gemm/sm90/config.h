@@ -27,7 +27,7 @@ struct ConfigInput {
 };
 
 // Average routed rows per local expert decides the token tile:
-//   decode   <= 16 rows per expert -> BN 16  (bandwidth: weights streamed once, 2 CTAs/SM)
+//   decode   <= 16 rows per expert -> BN 16  (bandwidth: weights streamed once, 3 CTAs/SM)
 //   small    <= 64                 -> BN 64  (4 consumer warpgroups: decode throughput)
 //   medium   <= 128                -> BN 128 (1 CTA/SM, tensor-core bound from here on)
 //   prefill  > 128                 -> BN 256

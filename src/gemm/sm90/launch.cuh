@@ -24,9 +24,7 @@ Status launch_traits(const MoeGemmParams& p, int num_sms, cudaStream_t stream) {
   const int64_t max_tiles = p.max_tiles * m_blocks;
   if (max_tiles == 0) return Status::Ok();
   const unsigned grid = unsigned(std::min<int64_t>(int64_t(num_sms) * T::kCtasPerSm, max_tiles));
-  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(p);
-  FP4MOE_CUDA_LAUNCH_CHECK(moe_gemm_sm90_kernel);
-  return Status::Ok();
+  return launch_pdl(kernel, dim3(grid), dim3(T::kThreads), T::kSmemBytes, stream, p);
 }
 
 // The one dispatch from a runtime config to an instantiation; the default fails loudly.
@@ -34,8 +32,8 @@ template <bool kGemm1>
 Status dispatch(const MoeGemmParams& p, const Sm90Config& c, int num_sms, cudaStream_t stream) {
   if (p.tile_tokens != c.tile_tokens)
     return internal_error("sm90: params tile_tokens ", p.tile_tokens, " != config ", c.tile_tokens);
-  if (c.tile_tokens == 16 && c.consumers == 2 && c.stages == 10 && c.ctas_per_sm == 2)
-    return launch_traits<Sm90Traits<16, 2, 10, 2, kGemm1>>(p, num_sms, stream);
+  if (c.tile_tokens == 16 && c.consumers == 2 && c.stages == 8 && c.ctas_per_sm == 3)
+    return launch_traits<Sm90Traits<16, 2, 8, 3, kGemm1>>(p, num_sms, stream);
   if (c.tile_tokens == 64 && c.consumers == 4 && c.stages == 8 && c.ctas_per_sm == 1)
     return launch_traits<Sm90Traits<64, 4, 8, 1, kGemm1>>(p, num_sms, stream);
   if (c.tile_tokens == 128 && c.consumers == 2 && c.stages == 6 && c.ctas_per_sm == 1)

@@ -21,6 +21,7 @@
 #include "src/format/block_codec.h"
 #include "src/gemm/gemm_params.h"
 #include "src/gemm/sm90/ptx.cuh"
+#include "src/common/pdl.h"
 
 namespace fp4moe::sm90 {
 
@@ -91,16 +92,20 @@ struct Sm90Traits {
   // (a config changes speed, never results: the per-element k16 sequence is the same for every N).
   static constexpr int kMinBucket = kBN / 8 > 16 ? kBN / 8 : (kBN < 16 ? kBN : 16);
 
+  // Register reallocation only for the 2-consumer, 1-CTA configs: the CTA launches with 168 registers
+  // a thread (65536 / 384), the producer gives back 128 x (168 - 40) and the consumers take exactly
+  // 256 x (232 - 168). setmaxnreg.inc blocks until the registers it asks for are free, so a split
+  // that asks for more than the producer frees would hang (seen with 4 consumers): other configs
+  // run on what the compiler allocated.
+  static constexpr bool kUseSetmaxnreg = kCtasPerSm == 1 && kConsumers == 2;
   static constexpr uint32_t kProducerRegs = 40;
-  static constexpr uint32_t kConsumerRegs =
-      ((65536 / 128 - kProducerRegs) / kConsumers) / 8 * 8 > 240 ? 240
-                                                                  : ((65536 / 128 - kProducerRegs) / kConsumers) / 8 * 8;
+  static constexpr uint32_t kConsumerRegs = 232;
 
   static_assert(kBN % 8 == 0 && kBTileBytes % 1024 == 0, "token tile must be whole 8-row swizzle atoms");
   static_assert(kWeightStageBytes % 16 == 0 && kOffStaging % 16 == 0, "bulk copies need 16-byte alignment");
   static_assert(kSmemBytes <= 232448 / kCtasPerSm, "shared memory budget per CTA exceeded");
   static_assert(kCtasPerSm == 1 || kThreads * kCtasPerSm <= 2048, "too many threads per SM");
-  static_assert(kCtasPerSm > 1 || (kConsumerRegs * kConsumers + kProducerRegs) * 128 <= 65536,
+  static_assert(!kUseSetmaxnreg || (kConsumerRegs * kConsumers + kProducerRegs) * 128 <= 65536,
                 "register budget of setmaxnreg exceeded");
 };
 
@@ -336,8 +341,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
 
   const int wg = threadIdx.x / 128;
   const int tid = threadIdx.x % 128;
+  // Prologue: independent of the previous kernel, so it overlaps it (programmatic dependent launch).
   for (int i = threadIdx.x; i < 256; i += blockDim.x) lut[i] = p.scale_lut[i];
-  for (int i = threadIdx.x; i <= p.num_local_experts; i += blockDim.x) tile_start[i] = p.ws.tile_start[i];
   if (threadIdx.x == 0) {
     for (int s = 0; s < T::kStages; ++s) {
       mbar_init(&full[s], 1);
@@ -345,6 +350,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
     }
     fence_barrier_init();
   }
+  pdl_launch_dependents();
+  pdl_wait();  // the permuted activations (GEMM1) or the intermediate (GEMM2), and the plan
+  for (int i = threadIdx.x; i <= p.num_local_experts; i += blockDim.x) tile_start[i] = p.ws.tile_start[i];
   __syncthreads();
 
   const layout::GemmWeightShape g = T::kGemm1 ? p.g1 : p.g2;
@@ -355,7 +363,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
 
   if (wg == 0) {
     // ---- Producer --------------------------------------------------------------------------------
-    if constexpr (T::kCtasPerSm == 1) regs_decrease<T::kProducerRegs>();
+    if constexpr (T::kUseSetmaxnreg) regs_decrease<T::kProducerRegs>();
     if (tid != 0) return;
     const uint8_t* weights = T::kGemm1 ? p.w13 : p.w2;
     const uint8_t* act = reinterpret_cast<const uint8_t*>(T::kGemm1 ? p.ws.x : p.ws.h);
@@ -384,7 +392,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   }
 
   // ---- Consumers ------------------------------------------------------------------------------------
-  if constexpr (T::kCtasPerSm == 1) regs_increase<T::kConsumerRegs>();
+  if constexpr (T::kUseSetmaxnreg) regs_increase<T::kConsumerRegs>();
   ConsumerCtx x;
   x.smem = smem;
   x.full = full;
