@@ -49,6 +49,7 @@ struct Options {
   uint64_t seed = 1234;
   int scale = 1;        // divide H and I (smaller runs)
   int check_tokens = 8;  // tokens compared with the reference per token count
+  bool random_routing = false;  // uniform random distinct top-k (as the peers' anchors) instead of the router
   std::string argv;
 };
 
@@ -57,7 +58,7 @@ struct Options {
                "error: %s\n"
                "usage: fp4moe-bench [--preset NAME] [--tokens 1,128,8192] [--mode w4a16|w4a4] [--path auto|sm90|simt]\n"
                "                    [--check] [--check-tokens N] [--json FILE] [--iters N] [--warmup N] [--seed N]\n"
-               "                    [--scale F] [--verbose]\n",
+               "                    [--scale F] [--routing model|random] [--verbose]\n",
                msg);
   std::exit(2);
 }
@@ -91,6 +92,12 @@ Options parse(int argc, char** argv) {
       if (!s.ok()) usage(s.message().c_str());
     } else if (a == "--check") o.check = true;
     else if (a == "--check-tokens") o.check_tokens = int(integer(value()));
+    else if (a == "--routing") {
+      const std::string r = value();
+      if (r == "random") o.random_routing = true;
+      else if (r == "model") o.random_routing = false;
+      else usage(("--routing = '" + r + "' is not one of: model, random").c_str());
+    }
     else if (a == "--verbose") o.verbose = true;
     else if (a == "--json") o.json = value();
     else if (a == "--iters") o.iters = std::max<int>(1, int(integer(value())));
@@ -280,9 +287,35 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
   std::vector<std::vector<uint16_t>> hidden(num_sets);
   std::vector<uint16_t*> d_hidden(num_sets);
   std::vector<float*> d_logits(num_sets);
+  std::vector<int32_t*> d_ids(num_sets);
+  std::vector<float*> d_wts(num_sets);
+  std::vector<std::vector<int32_t>> host_ids(num_sets);
+  std::vector<std::vector<float>> host_wts(num_sets);
   std::normal_distribution<float> nd(0, 1);
   for (int s = 0; s < num_sets; ++s) {
     hidden[s] = random_bf16_normal(rng, size_t(T * H));
+    if (o.random_routing) {
+      // k distinct experts per token, uniformly; weights a softmax over the k of N(0,1) scores.
+      host_ids[s].resize(size_t(T) * K);
+      host_wts[s].resize(host_ids[s].size());
+      std::uniform_int_distribution<int> pick(0, E - 1);
+      for (int64_t t = 0; t < T; ++t) {
+        double sum = 0;
+        for (int k = 0; k < K; ++k) {
+          int e;
+          do e = pick(rng);
+          while (std::find(&host_ids[s][t * K], &host_ids[s][t * K + k], e) != &host_ids[s][t * K + k]);
+          host_ids[s][t * K + k] = e;
+          host_wts[s][t * K + k] = std::exp(nd(rng));
+          sum += host_wts[s][t * K + k];
+        }
+        for (int k = 0; k < K; ++k) host_wts[s][t * K + k] = float(host_wts[s][t * K + k] / sum);
+      }
+      CHECK_CUDA(cudaMalloc(&d_ids[s], std::max<size_t>(16, host_ids[s].size() * 4)));
+      CHECK_CUDA(cudaMalloc(&d_wts[s], std::max<size_t>(16, host_wts[s].size() * 4)));
+      CHECK_CUDA(cudaMemcpy(d_ids[s], host_ids[s].data(), host_ids[s].size() * 4, cudaMemcpyHostToDevice));
+      CHECK_CUDA(cudaMemcpy(d_wts[s], host_wts[s].data(), host_wts[s].size() * 4, cudaMemcpyHostToDevice));
+    }
     std::vector<float> logits(size_t(T) * E);
     for (auto& x : logits) x = nd(rng);
     CHECK_CUDA(cudaMalloc(&d_hidden[s], std::max<size_t>(16, hidden[s].size() * 2)));
@@ -299,7 +332,12 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
   auto args = [&](int s) {
     ForwardArgs a;
     a.hidden = d_hidden[s];
-    a.router_logits = d_logits[s];
+    if (o.random_routing) {
+      a.topk_ids = d_ids[s];
+      a.topk_weights = d_wts[s];
+    } else {
+      a.router_logits = d_logits[s];
+    }
     a.num_tokens = T;
     a.out = d_out;
     return a;
@@ -311,10 +349,16 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
   CHECK_OK(layer.check_device_errors(ws, stream));
   std::vector<int32_t> ids(size_t(T) * K);
   std::vector<float> wts(ids.size());
-  const WorkspaceLayout wl = WorkspaceLayout::make(p.max_tokens, K, layer.num_local_experts(), H,
-                                                   layer.local_intermediate_size());
-  CHECK_CUDA(cudaMemcpy(ids.data(), static_cast<char*>(ws) + wl.topk_ids, ids.size() * 4, cudaMemcpyDeviceToHost));
-  CHECK_CUDA(cudaMemcpy(wts.data(), static_cast<char*>(ws) + wl.topk_weights, wts.size() * 4, cudaMemcpyDeviceToHost));
+  if (o.random_routing) {
+    ids = host_ids[0];
+    wts = host_wts[0];
+  } else {
+    const WorkspaceLayout wl = WorkspaceLayout::make(p.max_tokens, K, layer.num_local_experts(), H,
+                                                     layer.local_intermediate_size());
+    CHECK_CUDA(cudaMemcpy(ids.data(), static_cast<char*>(ws) + wl.topk_ids, ids.size() * 4, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(wts.data(), static_cast<char*>(ws) + wl.topk_weights, wts.size() * 4,
+                          cudaMemcpyDeviceToHost));
+  }
   std::set<int> touched(ids.begin(), ids.end());
   row.active_experts = int(touched.size());
   if (o.check && T > 0) {
@@ -368,7 +412,11 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
   cudaStreamDestroy(stream);
   cudaFree(ws);
   cudaFree(d_out);
-  for (int s = 0; s < num_sets; ++s) cudaFree(d_hidden[s]), cudaFree(d_logits[s]);
+  for (int s = 0; s < num_sets; ++s) {
+    cudaFree(d_hidden[s]);
+    cudaFree(d_logits[s]);
+    if (o.random_routing) cudaFree(d_ids[s]), cudaFree(d_wts[s]);
+  }
   return row;
 }
 
@@ -381,7 +429,8 @@ void write_json(const Options& o, const MoeProblem& p, const char* gpu, const Ce
   }
   f << "{\n  \"tool\": \"fp4moe-bench\",\n  \"date\": \"" << now_utc() << "\",\n  \"commit\": \"" << commit()
     << "\",\n  \"gpu\": \"" << gpu << "\",\n  \"command\": \"" << o.argv << "\",\n  \"preset\": \"" << p.name
-    << "\",\n  \"mode\": \"" << to_string(p.mode) << "\",\n  \"ceilings\": {\"copy_TBps\": " << c.copy_tbps
+    << "\",\n  \"mode\": \"" << to_string(p.mode) << "\",\n  \"routing\": \"" << (o.random_routing ? "random" : "model")
+    << "\",\n  \"ceilings\": {\"copy_TBps\": " << c.copy_tbps
     << ", \"bf16_mm_TFLOPs\": " << c.bf16_tflops << "},\n  \"rows\": [\n";
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Peers for fp4moe-bench, measured in the same run: one whole MoE layer in PyTorch.
+
+Per token count: uniform random top-k routing (k distinct experts per token, softmax weights), then
+permute (stable sort by expert), GEMM1 (gate|up), SwiGLU, GEMM2 (down), router-weighted combine
+(index_add), bf16 in and out, with
+  - bf16:  torch._grouped_mm on bf16 weights;
+  - fp8:   torch._scaled_grouped_mm on e4m3 weights with per-output-row scales and the activations
+           quantized per row inside the timed layer.
+Timed with CUDA events after warm-up, median of --iters. Writes JSON (--json).
+"""
+import argparse
+import datetime
+import json
+import statistics
+
+import torch
+import torch.nn.functional as F
+
+PRESETS = {  # H, I, E, top-k (BRIEF section 5)
+    "deepseek-r1": (7168, 2048, 256, 8),
+    "qwen3-30b-a3b": (2048, 768, 128, 8),
+    "qwen3-235b-a22b": (4096, 1536, 128, 8),
+    "llama4-scout": (5120, 8192, 16, 1),
+    "llama4-maverick": (5120, 8192, 128, 1),
+    "mixtral-8x7b": (4096, 14336, 8, 2),
+    "gpt-oss-120b": (2880, 2880, 128, 4),
+    "gpt-oss-20b": (2880, 2880, 32, 4),
+}
+
+
+def route(T, E, k, gen):
+    ids = torch.rand(T, E, generator=gen, device="cuda").topk(k, dim=1).indices.to(torch.int32)
+    w = torch.softmax(torch.randn(T, k, generator=gen, device="cuda"), dim=1)
+    return ids, w
+
+
+def permute(ids, E):
+    k = ids.shape[1]
+    flat = ids.flatten()
+    order = torch.argsort(flat, stable=True)
+    counts = torch.bincount(flat, minlength=E)
+    offs = torch.cumsum(counts, 0).to(torch.int32)
+    return order, order // k, offs
+
+
+def layer_bf16(x, ids, w, w13, w2):
+    E, two_i, _ = w13.shape
+    order, tok, offs = permute(ids, E)
+    h = torch._grouped_mm(x[tok], w13.transpose(1, 2), offs=offs)
+    a = F.silu(h[:, : two_i // 2]) * h[:, two_i // 2 :]
+    y = torch._grouped_mm(a, w2.transpose(1, 2), offs=offs)
+    y = y * w.flatten()[order].unsqueeze(1).to(y.dtype)
+    return torch.zeros_like(x).index_add_(0, tok, y)
+
+
+def quant_rows(t):
+    scale = t.abs().amax(dim=1).float().clamp(min=1e-12) / 448.0
+    return (t.float() / scale[:, None]).to(torch.float8_e4m3fn), scale
+
+
+def layer_fp8(x, ids, w, w13q, s13, w2q, s2):
+    E, two_i, _ = w13q.shape
+    order, tok, offs = permute(ids, E)
+    xq, sx = quant_rows(x[tok])
+    h = torch._scaled_grouped_mm(xq, w13q.transpose(1, 2), sx, s13, offs=offs, out_dtype=torch.bfloat16)
+    a = F.silu(h[:, : two_i // 2]) * h[:, two_i // 2 :]
+    aq, sa = quant_rows(a)
+    y = torch._scaled_grouped_mm(aq, w2q.transpose(1, 2), sa, s2, offs=offs, out_dtype=torch.bfloat16)
+    y = y * w.flatten()[order].unsqueeze(1).to(y.dtype)
+    return torch.zeros_like(x).index_add_(0, tok, y)
+
+
+def time_ms(fn, warmup, iters):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(iters):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    return statistics.median(times)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--preset", default="deepseek-r1", choices=sorted(PRESETS))
+    ap.add_argument("--tokens", default="1,8,32,128,512,2048,8192")
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    H, I, E, k = PRESETS[args.preset]
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    w13 = (torch.randn(E, 2 * I, H, device="cuda", dtype=torch.bfloat16, generator=gen) / H**0.5)
+    w2 = (torch.randn(E, H, I, device="cuda", dtype=torch.bfloat16, generator=gen) / I**0.5)
+    s13 = w13.abs().amax(dim=2).float() / 448.0
+    w13q = (w13.float() / s13[:, :, None]).to(torch.float8_e4m3fn)
+    s2 = w2.abs().amax(dim=2).float() / 448.0
+    w2q = (w2.float() / s2[:, :, None]).to(torch.float8_e4m3fn)
+    rows = []
+    for T in [int(t) for t in args.tokens.split(",")]:
+        x = torch.randn(T, H, device="cuda", dtype=torch.bfloat16, generator=gen)
+        ids, w = route(T, E, k, gen)
+        row = {"T": T, "active_experts": int(torch.unique(ids).numel())}
+        for name, fn in (("bf16_layer_ms", lambda: layer_bf16(x, ids, w, w13, w2)),
+                         ("fp8_layer_ms", lambda: layer_fp8(x, ids, w, w13q, s13, w2q, s2))):
+            try:
+                row[name] = time_ms(fn, args.warmup, args.iters)
+            except Exception as exc:  # report, keep the other peer
+                row[name] = None
+                row[name.replace("_ms", "_error")] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    result = {"tool": "bench/peers_torch.py", "date": datetime.datetime.utcnow().isoformat() + "Z",
+              "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "preset": args.preset,
+              "routing": "random", "rows": rows}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
