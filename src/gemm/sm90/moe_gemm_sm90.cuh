@@ -27,6 +27,21 @@ namespace fp4moe::sm90 {
 
 namespace gmma = cute::SM90::GMMA;
 
+// Experimental (off by default): a proxy fence before each stage release, to test whether
+// compute-sanitizer's racecheck reports on the pipeline stages are about proxy ordering.
+#ifndef FP4MOE_STAGE_RELEASE_FENCE
+#define FP4MOE_STAGE_RELEASE_FENCE 0
+#endif
+
+// Releases a pipeline stage: one arrival per consumer warp, after the warp's reads of the stage.
+__device__ __forceinline__ void release_stage(uint64_t* empty_bar, int lane) {
+  if constexpr (FP4MOE_STAGE_RELEASE_FENCE) {
+    fence_proxy_async_shared();
+    __syncwarp();
+  }
+  if (lane == 0) mbar_arrive(empty_bar);
+}
+
 // Tile metadata is cached in shared memory; routing caps the expert count at 512.
 constexpr int kMaxLocalExperts = 512;
 
@@ -206,7 +221,7 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
       cute::warpgroup_wait<1>();    // the previous chunk's MMAs are done ...
       fence_fragments(a[buf ^ 1]);  // ... so its fragments may be overwritten from here on
     }
-    if (prev_stage >= 0 && x.lane == 0) mbar_arrive(&x.empty[prev_stage]);  // and its stage refilled
+    if (prev_stage >= 0) release_stage(&x.empty[prev_stage], x.lane);  // and its stage refilled
     prev_stage = ps.stage;
     ps.advance(T::kStages);
   };
@@ -221,7 +236,7 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
     fence_fragments(a[0]);
     fence_fragments(a[1]);
   }
-  if (prev_stage >= 0 && x.lane == 0) mbar_arrive(&x.empty[prev_stage]);
+  if (prev_stage >= 0) release_stage(&x.empty[prev_stage], x.lane);
   if (!active) return;
 
   // ---- Epilogue -----------------------------------------------------------------------------------
