@@ -78,10 +78,12 @@ FP4MOE_HD uint16_t float_to_bf16(float x) {
 // ---- e2m1 (FP4) ----------------------------------------------------------------------------------
 // Code: bit 3 sign, bits 0-2 index {0, 0.5, 1, 1.5, 2, 3, 4, 6}.
 
+// Built from the bits (no table: a runtime-indexed array would live in local memory on the GPU).
 FP4MOE_HD float e2m1_to_float(uint8_t code) {
-  constexpr float kMagnitudes[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-  float m = kMagnitudes[code & 7];
-  return (code & 8) ? -m : m;
+  const uint32_t e = (code >> 1) & 3, m = code & 1;
+  // e >= 1: 2^(e-1) * (1 + m/2); e == 0: m * 0.5.
+  const uint32_t mag = e ? ((e + 126) << 23) | (m << 22) : (m ? 0x3f000000u : 0u);
+  return bits_float(mag | (uint32_t(code & 8) << 28));
 }
 
 // Round-to-nearest-even onto the e2m1 grid with saturation (the semantics of

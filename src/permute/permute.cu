@@ -76,79 +76,68 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return uint32_t(float_to_bf16(lo)) | (uint32_t(float_to_bf16(hi)) << 16);
 }
 
-// One CTA per token: each thread owns 16-element blocks of the row.
+// One CTA per routed (token, slot) pair: each thread owns 16-element blocks of the row.
 __global__ void __launch_bounds__(kRowThreads) permute_kernel(PermuteParams p) {
-  const int64_t t = blockIdx.x;
+  const int64_t pair = blockIdx.x;
+  const int64_t t = pair / p.top_k;
   const int64_t H = p.hidden_size;
-  const int K = p.top_k;
-  __shared__ int32_t rows[16];
-  __shared__ float weights[16];
-  __shared__ int32_t locals[16];
+  __shared__ int32_t row_s;
   pdl_launch_dependents();
   pdl_wait();  // the plan's cursors
-  if (threadIdx.x < K) {
-    const int64_t pair = t * K + threadIdx.x;
-    const int32_t e = p.ws.topk_ids[pair];
-    const int local = e - p.expert_begin;
+  const int32_t e = p.ws.topk_ids[pair];
+  const int local = e - p.expert_begin;
+  const bool is_local = e >= 0 && e < p.num_experts && local >= 0 && local < p.num_local_experts;
+  if (threadIdx.x == 0) {
     int32_t row = -1;
-    if (e >= 0 && e < p.num_experts && local >= 0 && local < p.num_local_experts) {
+    if (is_local) {
       row = atomicAdd(&p.ws.cursor[local], 1);
       p.ws.row_pair[row] = int32_t(pair);
     }
     p.ws.pair_row[pair] = row;
-    rows[threadIdx.x] = row;
-    locals[threadIdx.x] = local;
-    weights[threadIdx.x] = p.ws.topk_weights[pair];
+    row_s = row;
   }
   __syncthreads();
+  const int32_t row = row_s;
+  if (row < 0) return;
+  const float weight = p.ws.topk_weights[pair];
+  const float gs = p.w4a4 ? p.a1_gs[local] : 1.0f;
   const int64_t x_blocks = p.layout.x_k / 16;
-  const int64_t h_pad_begin = p.inter_local / 16, h_blocks = p.layout.h_k / 16;
   for (int64_t b = threadIdx.x; b < x_blocks; b += blockDim.x) {
-    float v[16];
-    const bool inside = b * 16 < H;
-    if (inside) {
+    uint32_t out[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (b * 16 < H) {
+      float u[16];
       const uint4* src = reinterpret_cast<const uint4*>(p.hidden + t * H + b * 16);
       const uint4 lo = src[0], hi = src[1];
       const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
-        v[2 * i] = bf16_to_float(uint16_t(w[i] & 0xffff));
-        v[2 * i + 1] = bf16_to_float(uint16_t(w[i] >> 16));
+        u[2 * i] = bf16_to_float(uint16_t(w[i] & 0xffff));
+        u[2 * i + 1] = bf16_to_float(uint16_t(w[i] >> 16));
       }
-    }
-    for (int s = 0; s < K; ++s) {
-      const int32_t row = rows[s];
-      if (row < 0) continue;
-      uint32_t out[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      if (inside) {
-        float u[16];
+      if (p.weight_on_input) {
 #pragma unroll
-        for (int i = 0; i < 16; ++i)
-          u[i] = p.weight_on_input ? bf16_to_float(float_to_bf16(mul_rn(v[i], weights[s]))) : v[i];
-        if (p.w4a4) {
-          uint8_t packed[8];
-          const uint8_t sf = detail::quantize_nvfp4_block_kernel(u, p.a1_gs[locals[s]], packed);
-          const float scale = e4m3_to_float(sf);
+        for (int i = 0; i < 16; ++i) u[i] = bf16_to_float(float_to_bf16(mul_rn(u[i], weight)));
+      }
+      if (p.w4a4) {
+        uint8_t packed[8];
+        const uint8_t sf = detail::quantize_nvfp4_block_kernel(u, gs, packed);
+        const float scale = e4m3_to_float(sf);
 #pragma unroll
-          for (int i = 0; i < 16; ++i) {
-            const uint8_t code = (i & 1) ? (packed[i / 2] >> 4) : (packed[i / 2] & 0xf);
-            u[i] = mul_rn(e2m1_to_float(code), scale);  // exact in bf16
-          }
+        for (int i = 0; i < 16; ++i) {
+          const uint8_t code = (i & 1) ? (packed[i / 2] >> 4) : (packed[i / 2] & 0xf);
+          u[i] = mul_rn(e2m1_to_float(code), scale);  // exact in bf16
         }
-#pragma unroll
-        for (int i = 0; i < 8; ++i) out[i] = pack_bf16x2(u[2 * i], u[2 * i + 1]);
       }
-      store_piece(p.ws.x, row, b * 16, p.layout.rows_cap, make_uint4(out[0], out[1], out[2], out[3]));
-      store_piece(p.ws.x, row, b * 16 + 8, p.layout.rows_cap, make_uint4(out[4], out[5], out[6], out[7]));
+#pragma unroll
+      for (int i = 0; i < 8; ++i) out[i] = pack_bf16x2(u[2 * i], u[2 * i + 1]);
     }
+    store_piece(p.ws.x, row, b * 16, p.layout.rows_cap, make_uint4(out[0], out[1], out[2], out[3]));
+    store_piece(p.ws.x, row, b * 16 + 8, p.layout.rows_cap, make_uint4(out[4], out[5], out[6], out[7]));
   }
   // Zero the intermediate's K padding (GEMM1 writes only the first inter_local columns).
-  for (int64_t b = h_pad_begin + threadIdx.x; b < h_blocks; b += blockDim.x) {
-    for (int s = 0; s < K; ++s) {
-      if (rows[s] < 0) continue;
-      store_piece(p.ws.h, rows[s], b * 16, p.layout.rows_cap, make_uint4(0, 0, 0, 0));
-      store_piece(p.ws.h, rows[s], b * 16 + 8, p.layout.rows_cap, make_uint4(0, 0, 0, 0));
-    }
+  for (int64_t b = p.inter_local / 16 + threadIdx.x; b < p.layout.h_k / 16; b += blockDim.x) {
+    store_piece(p.ws.h, row, b * 16, p.layout.rows_cap, make_uint4(0, 0, 0, 0));
+    store_piece(p.ws.h, row, b * 16 + 8, p.layout.rows_cap, make_uint4(0, 0, 0, 0));
   }
 }
 
@@ -189,7 +178,7 @@ Status launch_plan(const PermuteParams& p, cudaStream_t stream) {
 
 Status launch_permute(const PermuteParams& p, cudaStream_t stream) {
   if (p.num_tokens == 0) return Status::Ok();
-  return launch_pdl(permute_kernel, dim3(unsigned(p.num_tokens)), dim3(kRowThreads), 0, stream, p);
+  return launch_pdl(permute_kernel, dim3(unsigned(p.num_tokens * p.top_k)), dim3(kRowThreads), 0, stream, p);
 }
 
 Status launch_finalize(const PermuteParams& p, uint16_t* out, cudaStream_t stream) {

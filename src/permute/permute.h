@@ -2,7 +2,7 @@
 //
 //   plan:     one CTA counts the pairs routed to each local expert, lays out 8-row-aligned expert
 //             segments and the token-tile prefix, and initializes the placement cursors;
-//   permute:  one CTA per token copies its row into every local expert's segment of the tiled
+//   permute:  one CTA per routed (token, slot) copies the token's row into its expert's segment of the tiled
 //             activation buffer (scaled by the router weight for Llama-4, NVFP4 fake-quantized in
 //             w4a4 mode), zeroes the K padding;
 //   finalize: out[t] = sum over slots, in slot order, of the weighted expert outputs y.
