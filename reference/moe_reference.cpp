@@ -35,13 +35,11 @@ void dequant_row(const MoeProblem& p, const uint8_t* codes, const uint8_t* scale
 
 // NVFP4 `kernel` recipe quantize-dequantize of a row (w4a4 activations), gs in the encode convention.
 void fake_quant_kernel_recipe(const float* x, int64_t n, float gs, double* out) {
-  uint8_t packed[kNvfp4BlockSize / 2];
+  float block[kNvfp4BlockSize];
   for (int64_t b = 0; b < n; b += kNvfp4BlockSize) {
-    const uint8_t sf = detail::quantize_nvfp4_block_kernel(x + b, gs, packed);
-    for (int i = 0; i < kNvfp4BlockSize; ++i) {
-      const uint8_t code = (i & 1) ? (packed[i / 2] >> 4) : (packed[i / 2] & 0xf);
-      out[b + i] = double(e2m1_to_float(code)) * double(e4m3_to_float(sf)) / double(gs);
-    }
+    std::copy(x + b, x + b + kNvfp4BlockSize, block);
+    detail::fake_quantize_nvfp4_block_kernel(block, gs);  // e2m1 * scale, exact
+    for (int i = 0; i < kNvfp4BlockSize; ++i) out[b + i] = double(block[i]) / double(gs);
   }
 }
 

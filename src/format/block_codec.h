@@ -55,6 +55,18 @@ FP4MOE_UNROLL
   return sf8;
 }
 
+// The `kernel` recipe applied and undone on one block of 16 (w4a4 activations): v[i] becomes
+// e2m1 * e4m3 scale, exact in bf16; the caller divides by gs (in the GEMM epilogue's alpha).
+FP4MOE_HD void fake_quantize_nvfp4_block_kernel(float* v, float gs) {
+  uint8_t packed[kNvfp4BlockSize / 2];
+  const float scale = e4m3_to_float(quantize_nvfp4_block_kernel(v, gs, packed));
+  FP4MOE_UNROLL
+  for (int i = 0; i < kNvfp4BlockSize; ++i) {
+    const uint8_t code = (i & 1) ? (packed[i / 2] >> 4) : (packed[i / 2] & 0xf);
+    v[i] = mul_rn(e2m1_to_float(code), scale);
+  }
+}
+
 // NVFP4 `modelopt` recipe on one block of 16. s2 is the decode-convention global scale.
 FP4MOE_HD uint8_t quantize_nvfp4_block_modelopt(const float* x, float s2, uint8_t* packed) {
   const BlockAmax b = block_amax<kNvfp4BlockSize>(x);

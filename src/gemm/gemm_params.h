@@ -49,18 +49,17 @@ struct TileCoord {
 };
 
 #if defined(__CUDACC__)
-__device__ __forceinline__ TileCoord find_tile(const MoeGemmParams& p, int64_t tile) {
-  const int32_t* ts = p.ws.tile_start;
-  if (tile >= ts[p.num_local_experts]) return {-1, 0, 0};
-  int lo = 0, hi = p.num_local_experts;  // the e with ts[e] <= tile < ts[e + 1]
+// tile_start: the plan's table, in global memory or a shared-memory copy of it.
+__device__ __forceinline__ TileCoord find_tile(const MoeGemmParams& p, const int32_t* tile_start, int64_t tile) {
+  if (tile >= tile_start[p.num_local_experts]) return {-1, 0, 0};
+  int lo = 0, hi = p.num_local_experts;  // the e with tile_start[e] <= tile < tile_start[e + 1]
   while (hi - lo > 1) {
     const int mid = (lo + hi) / 2;
-    if (ts[mid] <= tile) lo = mid;
+    if (tile_start[mid] <= tile) lo = mid;
     else hi = mid;
   }
-  const int32_t within = int32_t(tile - ts[lo]);
-  const int32_t count = p.ws.counts[lo];
-  const int32_t rows = count - within * p.tile_tokens;
+  const int32_t within = int32_t(tile - tile_start[lo]);
+  const int32_t rows = p.ws.counts[lo] - within * p.tile_tokens;
   return {lo, p.ws.seg_start[lo] + within * p.tile_tokens, rows < p.tile_tokens ? rows : p.tile_tokens};
 }
 #endif

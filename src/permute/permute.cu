@@ -118,16 +118,7 @@ __global__ void __launch_bounds__(kRowThreads) permute_kernel(PermuteParams p) {
 #pragma unroll
         for (int i = 0; i < 16; ++i) u[i] = bf16_to_float(float_to_bf16(mul_rn(u[i], weight)));
       }
-      if (p.w4a4) {
-        uint8_t packed[8];
-        const uint8_t sf = detail::quantize_nvfp4_block_kernel(u, gs, packed);
-        const float scale = e4m3_to_float(sf);
-#pragma unroll
-        for (int i = 0; i < 16; ++i) {
-          const uint8_t code = (i & 1) ? (packed[i / 2] >> 4) : (packed[i / 2] & 0xf);
-          u[i] = mul_rn(e2m1_to_float(code), scale);  // exact in bf16
-        }
-      }
+      if (p.w4a4) detail::fake_quantize_nvfp4_block_kernel(u, gs);
 #pragma unroll
       for (int i = 0; i < 8; ++i) out[i] = pack_bf16x2(u[2 * i], u[2 * i + 1]);
     }

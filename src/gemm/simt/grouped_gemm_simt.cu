@@ -59,7 +59,7 @@ __device__ void tile_gemm(const uint8_t* w, const layout::GemmWeightShape& s, bo
 }
 
 __global__ void __launch_bounds__(kThreads) gemm1_simt_kernel(MoeGemmParams p) {
-  const TileCoord tile = find_tile(p, blockIdx.x);
+  const TileCoord tile = find_tile(p, p.ws.tile_start, blockIdx.x);
   if (tile.expert < 0) return;
   const int64_t mu = blockIdx.y;
   __shared__ float ws[kRows][kChunk + 1];
@@ -89,14 +89,7 @@ __global__ void __launch_bounds__(kThreads) gemm1_simt_kernel(MoeGemmParams p) {
     if (t >= tile.rows) continue;
     float v[16];
     for (int i = 0; i < 16; ++i) v[i] = hs[t][16 * blk + i];
-    if (p.w4a4) {
-      uint8_t packed[8];
-      const uint8_t sf = detail::quantize_nvfp4_block_kernel(v, p.a2_gs[e], packed);
-      for (int i = 0; i < 16; ++i) {
-        const uint8_t code = (i & 1) ? (packed[i / 2] >> 4) : (packed[i / 2] & 0xf);
-        v[i] = mul_rn(e2m1_to_float(code), e4m3_to_float(sf));
-      }
-    }
+    if (p.w4a4) detail::fake_quantize_nvfp4_block_kernel(v, p.a2_gs[e]);
     for (int i = 0; i < 16; ++i) {
       const int64_t k = mu * layout::kIntermediatePerUnit + 16 * blk + i;
       *reinterpret_cast<uint16_t*>(reinterpret_cast<char*>(p.ws.h) +
@@ -106,7 +99,7 @@ __global__ void __launch_bounds__(kThreads) gemm1_simt_kernel(MoeGemmParams p) {
 }
 
 __global__ void __launch_bounds__(kThreads) gemm2_simt_kernel(MoeGemmParams p) {
-  const TileCoord tile = find_tile(p, blockIdx.x);
+  const TileCoord tile = find_tile(p, p.ws.tile_start, blockIdx.x);
   if (tile.expert < 0) return;
   const int64_t mu = blockIdx.y;
   __shared__ float ws[kRows][kChunk + 1];

@@ -134,21 +134,6 @@ __device__ __forceinline__ void decode_k16(uint32_t w, uint32_t s_r0, uint32_t s
   a[3] = bf16x2_mul(((w >> 3) & kMag) | (w & kSign), s_r1);
 }
 
-// Tile lookup against the shared-memory copy of tile_start (binary search), then the expert's
-// segment from global memory.
-__device__ __forceinline__ TileCoord find_tile_cached(const MoeGemmParams& p, const int32_t* tile_start,
-                                                      int64_t tile) {
-  int lo = 0, hi = p.num_local_experts;  // the e with tile_start[e] <= tile < tile_start[e + 1]
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    if (tile_start[mid] <= tile) lo = mid;
-    else hi = mid;
-  }
-  const int32_t within = int32_t(tile - tile_start[lo]);
-  const int32_t rows = p.ws.counts[lo] - within * p.tile_tokens;
-  return {lo, p.ws.seg_start[lo] + within * p.tile_tokens, rows < p.tile_tokens ? rows : p.tile_tokens};
-}
-
 template <class T>
 __device__ __forceinline__ int tile_bucket(int rows) {
   int n = T::kBN;
@@ -275,16 +260,7 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
         const float4 f = src[q];
         v[4 * q] = f.x, v[4 * q + 1] = f.y, v[4 * q + 2] = f.z, v[4 * q + 3] = f.w;
       }
-      if (p.w4a4) {
-        uint8_t packed[8];
-        const uint8_t sf = detail::quantize_nvfp4_block_kernel(v, p.a2_gs[e], packed);
-        const float scale = e4m3_to_float(sf);
-#pragma unroll
-        for (int q = 0; q < 16; ++q) {
-          const uint8_t code = (q & 1) ? (packed[q / 2] >> 4) : (packed[q / 2] & 0xf);
-          v[q] = mul_rn(e2m1_to_float(code), scale);
-        }
-      }
+      if (p.w4a4) detail::fake_quantize_nvfp4_block_kernel(v, p.a2_gs[e]);
       uint32_t packed_bf16[8];
 #pragma unroll
       for (int q = 0; q < 8; ++q)
@@ -386,7 +362,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
     const uint64_t pol_act = policy_evict_last();
     PipeState ps;
     for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
-      const TileCoord tc = find_tile_cached(p, tile_start, t / m_blocks);
+      const TileCoord tc = find_tile(p, tile_start, t / m_blocks);
       const int mb = int(t % m_blocks);
       const int valid_units = min(T::kConsumers, m_units - mb * T::kConsumers);
       const uint32_t b_bytes = uint32_t(tile_bucket<T>(tc.rows)) * 128;
@@ -423,7 +399,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   x.k_units = k_units;
   PipeState ps;
   for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
-    const TileCoord tc = find_tile_cached(p, tile_start, t / m_blocks);
+    const TileCoord tc = find_tile(p, tile_start, t / m_blocks);
     const int mu = int(t % m_blocks) * T::kConsumers + x.c;
     consume_bucketed<T, T::kBN>(p, x, tc, mu, mu < m_units, tile_bucket<T>(tc.rows), ps);
   }
