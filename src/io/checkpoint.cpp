@@ -1,0 +1,929 @@
+// Checkpoint directories: configuration -> MoeProblem, shard scan, and the expert loaders of each
+// convention (include/fp4moe/checkpoint.h). Every tensor is checked (dtype, shape) against the problem
+// before a byte is copied; copies touch only the rank's experts and TP slice, so a rank's page faults
+// (and disk reads) scale with its share of the layer.
+#include "fp4moe/checkpoint.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <unordered_map>
+
+#include "fp4moe/numerics.h"
+#include "src/io/json.h"
+
+namespace fp4moe {
+
+const char* to_string(QuantConvention c) {
+  switch (c) {
+    case QuantConvention::kModeloptNvfp4: return "modelopt-nvfp4";
+    case QuantConvention::kCompressedTensorsNvfp4: return "compressed-tensors-nvfp4";
+    case QuantConvention::kGptOssMxfp4: return "gpt-oss-mxfp4";
+  }
+  return "?";
+}
+
+namespace {
+
+template <typename... Args>
+Status io_error(const Args&... args) {
+  return Status(StatusCode::kIoError, detail::concat(args...));
+}
+
+// Configuration files are small; anything larger is not a configuration file (and not read into memory).
+constexpr uint64_t kMaxJsonFileBytes = 256ull << 20;
+
+bool file_exists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+Status read_json_file(const std::string& path, io::JsonValue* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return io_error(path, ": cannot open");
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  if (size < 0 || uint64_t(size) > kMaxJsonFileBytes)
+    return io_error(path, ": ", size, " bytes is not a plausible JSON configuration file (limit ", kMaxJsonFileBytes, ")");
+  in.seekg(0);
+  std::string text(size_t(size), '\0');
+  if (!in.read(text.data(), size)) return io_error(path, ": read failed");
+  if (Status s = io::parse_json(text, out); !s.ok()) return io_error(path, ": ", s.message());
+  return Status::Ok();
+}
+
+// Typed access to one configuration object, errors naming the file and key.
+class ConfigView {
+ public:
+  ConfigView(const io::JsonValue& obj, std::string file) : obj_(obj), file_(std::move(file)) {}
+
+  bool has(std::string_view key) const {
+    const io::JsonValue* v = obj_.find(key);
+    return v && !v->is_null();
+  }
+  Status get_int(std::string_view key, int64_t* out) const {
+    const io::JsonValue* v = obj_.find(key);
+    if (!v || v->is_null()) return io_error(file_, ": '", key, "' is missing");
+    if (!v->as_int64(out)) return io_error(file_, ": '", key, "' = ", describe(*v), " is not an integer");
+    return Status::Ok();
+  }
+  Status get_int(std::string_view key, int64_t fallback, int64_t* out) const {
+    if (!has(key)) {
+      *out = fallback;
+      return Status::Ok();
+    }
+    return get_int(key, out);
+  }
+  Status get_positive_int(std::string_view key, int64_t limit, int64_t* out) const {
+    FP4MOE_RETURN_IF_ERROR(get_int(key, out));
+    if (*out <= 0 || *out > limit) return io_error(file_, ": '", key, "' = ", *out, " must be in [1, ", limit, "]");
+    return Status::Ok();
+  }
+  Status get_double(std::string_view key, double fallback, double* out) const {
+    const io::JsonValue* v = obj_.find(key);
+    if (!v || v->is_null()) {
+      *out = fallback;
+      return Status::Ok();
+    }
+    if (!v->as_double(out)) return io_error(file_, ": '", key, "' = ", describe(*v), " is not a finite number");
+    return Status::Ok();
+  }
+  Status get_bool(std::string_view key, bool fallback, bool* out) const {
+    const io::JsonValue* v = obj_.find(key);
+    if (!v || v->is_null()) {
+      *out = fallback;
+      return Status::Ok();
+    }
+    if (!v->is_bool()) return io_error(file_, ": '", key, "' = ", describe(*v), " is not a boolean");
+    *out = v->boolean();
+    return Status::Ok();
+  }
+  Status get_string(std::string_view key, std::string fallback, std::string* out) const {
+    const io::JsonValue* v = obj_.find(key);
+    if (!v || v->is_null()) {
+      *out = std::move(fallback);
+      return Status::Ok();
+    }
+    if (!v->is_string()) return io_error(file_, ": '", key, "' = ", describe(*v), " is not a string");
+    *out = v->str();
+    return Status::Ok();
+  }
+  const std::string& file() const { return file_; }
+
+  static std::string describe(const io::JsonValue& v) {
+    if (v.is_string()) return "'" + v.str().substr(0, 64) + "'";
+    if (v.is_number()) return v.str();
+    return std::string("a JSON ") + io::to_string(v.type());
+  }
+
+ private:
+  const io::JsonValue& obj_;
+  std::string file_;
+};
+
+constexpr int64_t kMaxDim = int64_t(1) << 20;  // no model has a hidden or expert size near 1M
+
+// ---- Architectures --------------------------------------------------------------------------------
+
+enum class Arch { kDeepSeekV3, kQwen3Moe, kMixtral, kLlama4, kGptOss };
+
+struct ArchRow {
+  const char* architecture;
+  Arch arch;
+};
+constexpr ArchRow kArchitectures[] = {
+    {"DeepseekV3ForCausalLM", Arch::kDeepSeekV3},
+    {"Qwen3MoeForCausalLM", Arch::kQwen3Moe},
+    {"MixtralForCausalLM", Arch::kMixtral},
+    {"Llama4ForConditionalGeneration", Arch::kLlama4},
+    {"Llama4ForCausalLM", Arch::kLlama4},
+    {"GptOssForCausalLM", Arch::kGptOss},
+};
+
+Status find_arch(const std::string& name, Arch* out) {
+  for (const auto& row : kArchitectures) {
+    if (name == row.architecture) {
+      *out = row.arch;
+      return Status::Ok();
+    }
+  }
+  std::string all;
+  for (const auto& row : kArchitectures) all += std::string(all.empty() ? "" : ", ") + row.architecture;
+  return unsupported("architecture '", name.substr(0, 100), "' is not supported; supported: ", all);
+}
+
+Arch arch_of(const CheckpointInfo& info) {
+  Arch a = Arch::kDeepSeekV3;
+  (void)find_arch(info.architecture, &a);  // validated by read_checkpoint_config
+  return a;
+}
+
+// Model dimensions and MoE layer placement from the (text) config of each architecture.
+Status read_model(Arch arch, const ConfigView& c, CheckpointInfo* info) {
+  MoeProblem& p = info->problem;
+  int64_t H, I, E, K, L;
+  FP4MOE_RETURN_IF_ERROR(c.get_positive_int("hidden_size", kMaxDim, &H));
+  FP4MOE_RETURN_IF_ERROR(c.get_positive_int("num_hidden_layers", 100000, &L));
+  p.hidden_size = H;
+  info->num_layers = int(L);
+  std::vector<int>& moe = info->moe_layers;
+  moe.clear();
+  switch (arch) {
+    case Arch::kDeepSeekV3: {
+      int64_t groups, topk_groups, shared, first_dense, freq;
+      double scaling;
+      bool norm;
+      std::string scoring, topk_method;
+      FP4MOE_RETURN_IF_ERROR(c.get_positive_int("moe_intermediate_size", kMaxDim, &I));
+      FP4MOE_RETURN_IF_ERROR(c.get_positive_int("n_routed_experts", 4096, &E));
+      FP4MOE_RETURN_IF_ERROR(c.get_positive_int("num_experts_per_tok", 4096, &K));
+      FP4MOE_RETURN_IF_ERROR(c.get_int("n_group", 1, &groups));
+      FP4MOE_RETURN_IF_ERROR(c.get_int("topk_group", 1, &topk_groups));
+      FP4MOE_RETURN_IF_ERROR(c.get_int("n_shared_experts", 0, &shared));
+      FP4MOE_RETURN_IF_ERROR(c.get_int("first_k_dense_replace", 0, &first_dense));
+      FP4MOE_RETURN_IF_ERROR(c.get_int("moe_layer_freq", 1, &freq));
+      FP4MOE_RETURN_IF_ERROR(c.get_double("routed_scaling_factor", 1.0, &scaling));
+      FP4MOE_RETURN_IF_ERROR(c.get_bool("norm_topk_prob", true, &norm));
+      FP4MOE_RETURN_IF_ERROR(c.get_string("scoring_func", "sigmoid", &scoring));
+      FP4MOE_RETURN_IF_ERROR(c.get_string("topk_method", "noaux_tc", &topk_method));
+      if (scoring != "sigmoid" || topk_method != "noaux_tc")
+        return unsupported(c.file(), ": scoring_func = '", scoring, "', topk_method = '", topk_method,
+                           "': only DeepSeek-V3 routing (sigmoid, noaux_tc) is supported");
+      if (freq <= 0) return io_error(c.file(), ": 'moe_layer_freq' = ", freq, " must be positive");
+      p.routing.method = RoutingMethod::kDeepSeekV3;
+      p.routing.num_groups = int(std::clamp<int64_t>(groups, 0, 4096));
+      p.routing.topk_groups = int(std::clamp<int64_t>(topk_groups, 0, 4096));
+      p.routing.routed_scaling_factor = float(scaling);
+      p.routing.renormalize = norm;
+      p.num_shared_experts = int(std::clamp<int64_t>(shared, 0, 4096));
+      for (int64_t l = 0; l < L; ++l)
+        if (l >= first_dense && l % freq == 0) moe.push_back(int(l));
+      break;
+    }
+    case Arch::kQwen3Moe: {
+      int64_t step;
+      bool norm;
+      FP4MOE_RETURN_IF_ERROR(c.get_positive_int("moe_intermediate_size", kMaxDim, &I));
+      FP4MOE_RETURN_IF_ERROR(c.get_positive_int("num_experts", 4096, &E));
+      FP4MOE_RETURN_IF_ERROR(c.get_positive_int("num_experts_per_tok", 4096, &K));
+      FP4MOE_RETURN_IF_ERROR(c.get_int("decoder_sparse_step", 1, &step));
+      FP4MOE_RETURN_IF_ERROR(c.get_bool("norm_topk_prob", false, &norm));
+      if (step <= 0) return io_error(c.file(), ": 'decoder_sparse_step' = ", step, " must be positive");
+      // mlp_only_layers (dense layers among them) is applied by the caller.
+      p.routing.method = RoutingMethod::kSoftmaxTopK;
+      p.routing.renormalize = norm;
+      for (int64_t l = 0; l < L; ++l)
+        if ((l + 1) % step == 0) moe.push_back(int(l));
+      break;
+    }
+    case Arch::kMixtral: {
+      FP4MOE_RETURN_IF_ERROR(c.get_positive_int("intermediate_size", kMaxDim, &I));
+      FP4MOE_RETURN_IF_ERROR(c.get_positive_int("num_local_experts", 4096, &E));
+      FP4MOE_RETURN_IF_ERROR(c.get_positive_int("num_experts_per_tok", 4096, &K));
+      // Mixtral renormalizes the top-k softmax weights (its reference implementation does).
+      p.routing.method = RoutingMethod::kSoftmaxTopK;
+      p.routing.renormalize = true;
+      for (int64_t l = 0; l < L; ++l) moe.push_back(int(l));
+      break;
+    }
+    case Arch::kLlama4: {
+      int64_t step;
+      FP4MOE_RETURN_IF_ERROR(c.get_positive_int("intermediate_size", kMaxDim, &I));
+      FP4MOE_RETURN_IF_ERROR(c.get_positive_int("num_local_experts", 4096, &E));
+      FP4MOE_RETURN_IF_ERROR(c.get_positive_int("num_experts_per_tok", 4096, &K));
+      FP4MOE_RETURN_IF_ERROR(c.get_int("interleave_moe_layer_step", 1, &step));
+      p.routing.method = RoutingMethod::kLlama4;
+      p.num_shared_experts = 1;
+      // Layer l is MoE when (l + 1) % step == 0 (Scout: every layer, Maverick: every other one).
+      if (step > 0)
+        for (int64_t l = 0; l < L; ++l)
+          if ((l + 1) % step == 0) moe.push_back(int(l));
+      break;
+    }
+    case Arch::kGptOss: {
+      double limit;
+      FP4MOE_RETURN_IF_ERROR(c.get_positive_int("intermediate_size", kMaxDim, &I));
+      FP4MOE_RETURN_IF_ERROR(c.get_positive_int("num_local_experts", 4096, &E));
+      if (c.has("num_experts_per_tok")) {
+        FP4MOE_RETURN_IF_ERROR(c.get_positive_int("num_experts_per_tok", 4096, &K));
+      } else {
+        FP4MOE_RETURN_IF_ERROR(c.get_positive_int("experts_per_token", 4096, &K));
+      }
+      FP4MOE_RETURN_IF_ERROR(c.get_double("swiglu_limit", 7.0, &limit));
+      if (limit != 7.0)
+        return unsupported(c.file(), ": swiglu_limit = ", limit, ": the gpt-oss activation is implemented for 7.0");
+      p.routing.method = RoutingMethod::kTopKSoftmax;
+      p.activation = Activation::kGptOss;
+      p.has_bias = true;
+      for (int64_t l = 0; l < L; ++l) moe.push_back(int(l));
+      break;
+    }
+  }
+  p.intermediate_size = I;
+  p.routing.num_experts = int(E);
+  p.routing.top_k = int(K);
+  p.num_moe_layers = int(moe.size());
+  return Status::Ok();
+}
+
+// Removes the layers listed in an optional integer array (Qwen3 mlp_only_layers) or keeps only those
+// listed (Llama-4 moe_layers).
+Status apply_layer_list(const io::JsonValue& cfg, const std::string& file, const char* key, bool keep,
+                        std::vector<int>* moe) {
+  const io::JsonValue* v = cfg.find(key);
+  if (!v || v->is_null()) return Status::Ok();
+  if (!v->is_array()) return io_error(file, ": '", key, "' must be a list of layer indices");
+  std::vector<int> listed;
+  for (const auto& e : v->elements()) {
+    int64_t l;
+    if (!e.as_int64(&l) || l < 0 || l > 100000) return io_error(file, ": '", key, "' holds a non-index value");
+    listed.push_back(int(l));
+  }
+  std::vector<int> out;
+  if (keep) {
+    // An explicit moe_layers list is authoritative (it may differ from the interleave rule).
+    out = listed;
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+  } else {
+    for (int l : *moe)
+      if (std::find(listed.begin(), listed.end(), l) == listed.end()) out.push_back(l);
+  }
+  *moe = std::move(out);
+  return Status::Ok();
+}
+
+// The quantization convention: hf_quant_config.json (ModelOpt) first, then config.json's
+// quantization_config.
+Status read_quantization(const std::string& dir, Arch arch, const io::JsonValue& config, CheckpointInfo* info) {
+  const std::string hf_quant = dir + "/hf_quant_config.json";
+  const std::string config_file = dir + "/config.json";
+  auto check_modelopt = [&](const ConfigView& q) -> Status {
+    std::string algo;
+    int64_t group;
+    FP4MOE_RETURN_IF_ERROR(q.get_string("quant_algo", "", &algo));
+    FP4MOE_RETURN_IF_ERROR(q.get_int("group_size", 16, &group));
+    if (algo != "NVFP4")
+      return unsupported(q.file(), ": quant_algo = '", algo, "': only NVFP4 ModelOpt checkpoints are supported");
+    if (group != 16) return unsupported(q.file(), ": group_size = ", group, ": NVFP4 uses blocks of 16");
+    info->convention = QuantConvention::kModeloptNvfp4;
+    return Status::Ok();
+  };
+  if (file_exists(hf_quant)) {
+    io::JsonValue q;
+    FP4MOE_RETURN_IF_ERROR(read_json_file(hf_quant, &q));
+    const io::JsonValue* quant = q.find("quantization");
+    if (!quant || !quant->is_object()) return io_error(hf_quant, ": 'quantization' object is missing");
+    FP4MOE_RETURN_IF_ERROR(check_modelopt(ConfigView(*quant, hf_quant)));
+  } else {
+    const io::JsonValue* qc = config.find("quantization_config");
+    if (!qc || qc->is_null())
+      return unsupported(config_file, ": no quantization_config and no hf_quant_config.json: the checkpoint is not "
+                         "quantized; fp4moe loads NVFP4 (ModelOpt, compressed-tensors) and MXFP4 (gpt-oss) experts");
+    if (!qc->is_object()) return io_error(config_file, ": 'quantization_config' is not an object");
+    const ConfigView q(*qc, config_file + " quantization_config");
+    std::string method;
+    FP4MOE_RETURN_IF_ERROR(q.get_string("quant_method", "", &method));
+    if (method == "modelopt" || method == "modelopt_fp4") {
+      const io::JsonValue* nested = qc->find("quantization");
+      FP4MOE_RETURN_IF_ERROR(check_modelopt(nested && nested->is_object() ? ConfigView(*nested, q.file()) : q));
+    } else if (method == "compressed-tensors") {
+      // nvfp4-pack-quantized either globally or in a config group, with 4-bit float weights in
+      // groups of 16.
+      std::string format;
+      FP4MOE_RETURN_IF_ERROR(q.get_string("format", "", &format));
+      bool nvfp4 = format == "nvfp4-pack-quantized";
+      const io::JsonValue* groups = qc->find("config_groups");
+      if (groups && groups->is_object()) {
+        for (const auto& g : groups->members()) {
+          const ConfigView gv(g.value, q.file() + " config_groups." + g.key);
+          std::string gformat;
+          FP4MOE_RETURN_IF_ERROR(gv.get_string("format", format, &gformat));
+          if (gformat == "nvfp4-pack-quantized") nvfp4 = true;
+          const io::JsonValue* w = g.value.find("weights");
+          if (w && w->is_object()) {
+            const ConfigView wv(*w, gv.file() + ".weights");
+            int64_t bits, group;
+            std::string type;
+            FP4MOE_RETURN_IF_ERROR(wv.get_int("num_bits", 4, &bits));
+            FP4MOE_RETURN_IF_ERROR(wv.get_int("group_size", 16, &group));
+            FP4MOE_RETURN_IF_ERROR(wv.get_string("type", "float", &type));
+            if (bits != 4 || group != 16 || type != "float")
+              return unsupported(wv.file(), ": num_bits = ", bits, ", type = '", type, "', group_size = ", group,
+                                 ": only NVFP4 (4-bit float, groups of 16) is supported");
+          }
+        }
+      }
+      if (!nvfp4)
+        return unsupported(q.file(), ": compressed-tensors format '", format,
+                           "' is not nvfp4-pack-quantized; only NVFP4 is supported");
+      info->convention = QuantConvention::kCompressedTensorsNvfp4;
+    } else if (method == "mxfp4") {
+      info->convention = QuantConvention::kGptOssMxfp4;
+    } else {
+      return unsupported(q.file(), ": quant_method = '", method.substr(0, 64),
+                         "' is not supported (modelopt NVFP4, compressed-tensors NVFP4, mxfp4)");
+    }
+  }
+  const bool mx = info->convention == QuantConvention::kGptOssMxfp4;
+  if (mx != (arch == Arch::kGptOss))
+    return unsupported(config_file, ": architecture ", info->architecture, " with ", to_string(info->convention),
+                       " weights is not a supported combination");
+  if (mx && arch == Arch::kGptOss) info->problem.weight_format = WeightFormat::kMxfp4;
+  if (arch == Arch::kLlama4 && info->convention != QuantConvention::kModeloptNvfp4)
+    return unsupported(config_file, ": Llama-4 experts are supported in the ModelOpt NVFP4 convention only");
+  return Status::Ok();
+}
+
+float half_to_float(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000) << 16;
+  const uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+  if (exp == 0x1f) return bits_float(sign | 0x7f800000u | (mant << 13));
+  if (exp != 0) return bits_float(sign | ((exp + 112) << 23) | (mant << 13));
+  // Subnormal half: exactly mant * 2^-24.
+  const float v = float(mant) * 5.9604644775390625e-8f;
+  return sign ? -v : v;
+}
+
+}  // namespace
+
+Status read_checkpoint_config(const std::string& directory, CheckpointInfo* out) {
+  CheckpointInfo info;
+  info.directory = directory;
+  const std::string config_file = directory + "/config.json";
+  if (!file_exists(config_file)) return io_error(directory, ": no config.json (not a Hugging Face checkpoint directory?)");
+  io::JsonValue config;
+  FP4MOE_RETURN_IF_ERROR(read_json_file(config_file, &config));
+  if (!config.is_object()) return io_error(config_file, ": not a JSON object");
+  const io::JsonValue* archs = config.find("architectures");
+  if (!archs || !archs->is_array() || archs->elements().empty() || !archs->elements()[0].is_string())
+    return io_error(config_file, ": 'architectures' must be a non-empty list of names");
+  info.architecture = archs->elements()[0].str();
+  Arch arch;
+  if (Status s = find_arch(info.architecture, &arch); !s.ok()) return Status(s.code(), config_file + ": " + s.message());
+
+  // Llama-4 multimodal checkpoints keep the language model's sizes in text_config.
+  const io::JsonValue* text = &config;
+  std::string text_file = config_file;
+  if (const io::JsonValue* tc = config.find("text_config"); tc && tc->is_object()) {
+    text = tc;
+    text_file = config_file + " text_config";
+  }
+  const ConfigView c(*text, text_file);
+  FP4MOE_RETURN_IF_ERROR(c.get_string("model_type", "", &info.model_type));
+  FP4MOE_RETURN_IF_ERROR(read_model(arch, c, &info));
+  if (arch == Arch::kQwen3Moe)
+    FP4MOE_RETURN_IF_ERROR(apply_layer_list(*text, text_file, "mlp_only_layers", false, &info.moe_layers));
+  if (arch == Arch::kLlama4)
+    FP4MOE_RETURN_IF_ERROR(apply_layer_list(*text, text_file, "moe_layers", true, &info.moe_layers));
+  for (int l : info.moe_layers)
+    if (l >= info.num_layers)
+      return io_error(text_file, ": MoE layer ", l, " is beyond num_hidden_layers = ", info.num_layers);
+  info.problem.num_moe_layers = int(info.moe_layers.size());
+  info.problem.name = info.model_type.empty() ? info.architecture : info.model_type;
+  FP4MOE_RETURN_IF_ERROR(read_quantization(directory, arch, config, &info));
+  if (info.moe_layers.empty()) return unsupported(config_file, ": the configuration has no MoE layers");
+  if (Status s = validate(info.problem); !s.ok())
+    return Status(s.code(), config_file + ": the MoE layer it describes is not supported: " + s.message());
+  *out = std::move(info);
+  return Status::Ok();
+}
+
+// ---- Checkpoint ------------------------------------------------------------------------------------
+
+struct Checkpoint::Impl {
+  CheckpointInfo info;
+  std::vector<std::unique_ptr<SafetensorsFile>> shards;
+  std::unordered_map<std::string, std::pair<int, const TensorInfo*>> tensors;  // name -> (shard, info)
+  std::vector<std::string> warnings;
+};
+
+Checkpoint::Checkpoint(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Checkpoint::~Checkpoint() = default;
+const CheckpointInfo& Checkpoint::info() const { return impl_->info; }
+const std::vector<std::string>& Checkpoint::warnings() const { return impl_->warnings; }
+int Checkpoint::num_shards() const { return int(impl_->shards.size()); }
+int64_t Checkpoint::num_tensors() const { return int64_t(impl_->tensors.size()); }
+
+uint64_t Checkpoint::total_bytes() const {
+  uint64_t n = 0;
+  for (const auto& s : impl_->shards) n += s->file_bytes();
+  return n;
+}
+
+std::vector<const SafetensorsFile*> Checkpoint::shards() const {
+  std::vector<const SafetensorsFile*> out;
+  for (const auto& s : impl_->shards) out.push_back(s.get());
+  return out;
+}
+
+const TensorInfo* Checkpoint::find_tensor(std::string_view name, const SafetensorsFile** file) const {
+  const auto it = impl_->tensors.find(std::string(name));
+  if (it == impl_->tensors.end()) return nullptr;
+  if (file) *file = impl_->shards[it->second.first].get();
+  return it->second.second;
+}
+
+Status Checkpoint::open(const std::string& directory, std::unique_ptr<Checkpoint>* out) {
+  auto impl = std::make_unique<Impl>();
+  FP4MOE_RETURN_IF_ERROR(read_checkpoint_config(directory, &impl->info));
+
+  std::vector<std::string> files;  // shard file names (not paths)
+  if (DIR* d = opendir(directory.c_str())) {
+    while (dirent* e = readdir(d)) {
+      const std::string name = e->d_name;
+      if (name.size() > 12 && name.compare(name.size() - 12, 12, ".safetensors") == 0 &&
+          file_exists(directory + "/" + name))
+        files.push_back(name);
+    }
+    closedir(d);
+  } else {
+    return io_error(directory, ": cannot list the directory");
+  }
+
+  // The index: a cross-check, and a list of shards that must exist.
+  const std::string index_file = directory + "/model.safetensors.index.json";
+  io::JsonValue index;
+  const io::JsonValue* weight_map = nullptr;
+  if (file_exists(index_file)) {
+    FP4MOE_RETURN_IF_ERROR(read_json_file(index_file, &index));
+    weight_map = index.find("weight_map");
+    if (!weight_map || !weight_map->is_object()) return io_error(index_file, ": 'weight_map' object is missing");
+    for (const auto& m : weight_map->members()) {
+      if (!m.value.is_string()) return io_error(index_file, ": weight_map entry '", m.key.substr(0, 100), "' is not a file name");
+      const std::string& f = m.value.str();
+      // Untrusted: a shard name must stay inside the directory.
+      if (f.empty() || f == "." || f == ".." || f.find('/') != std::string::npos || f.find('\0') != std::string::npos)
+        return io_error(index_file, ": weight_map entry '", m.key.substr(0, 100), "' names the file '", f.substr(0, 100),
+                        "', which is not a plain file name in the checkpoint directory");
+      if (std::find(files.begin(), files.end(), f) == files.end()) {
+        if (!file_exists(directory + "/" + f))
+          return io_error(index_file, ": weight_map names the shard '", f.substr(0, 100), "' (for tensor '",
+                          m.key.substr(0, 100), "'), which does not exist");
+        files.push_back(f);
+      }
+    }
+  }
+  if (files.empty()) return io_error(directory, ": no .safetensors files");
+  std::sort(files.begin(), files.end());
+
+  for (const auto& f : files) {
+    std::unique_ptr<SafetensorsFile> shard;
+    FP4MOE_RETURN_IF_ERROR(SafetensorsFile::open(directory + "/" + f, &shard));
+    const int shard_idx = int(impl->shards.size());
+    for (const auto& t : shard->tensors()) {
+      auto [it, inserted] = impl->tensors.emplace(t.name, std::make_pair(shard_idx, &t));
+      if (!inserted)
+        return io_error(directory, ": tensor '", t.name.substr(0, 200), "' is in two shards: ",
+                        impl->shards[it->second.first]->path(), " and ", shard->path());
+    }
+    impl->shards.push_back(std::move(shard));
+  }
+
+  if (weight_map) {
+    int64_t missing_in_index = int64_t(impl->tensors.size()), wrong_shard = 0, not_found = 0;
+    std::string first_wrong, first_not_found;
+    for (const auto& m : weight_map->members()) {
+      const auto it = impl->tensors.find(m.key);
+      if (it == impl->tensors.end()) {
+        if (not_found++ == 0) first_not_found = m.key.substr(0, 200);
+        continue;
+      }
+      --missing_in_index;
+      const std::string& actual = impl->shards[it->second.first]->path();
+      if (actual != directory + "/" + m.value.str() && wrong_shard++ == 0)
+        first_wrong = m.key.substr(0, 200) + " (index: " + m.value.str().substr(0, 100) + ", header: " + actual + ")";
+    }
+    auto& w = impl->warnings;
+    if (missing_in_index > 0)
+      w.push_back(detail::concat(index_file, ": incomplete, ", missing_in_index, " of ", impl->tensors.size(),
+                                 " tensors are found only by scanning the shard headers"));
+    if (wrong_shard > 0)
+      w.push_back(detail::concat(index_file, ": ", wrong_shard, " entries name the wrong shard, e.g. ", first_wrong,
+                                 "; the headers are used"));
+    if (not_found > 0)
+      w.push_back(detail::concat(index_file, ": ", not_found, " entries name tensors that no shard holds, e.g. '",
+                                 first_not_found, "'"));
+  }
+  *out = std::unique_ptr<Checkpoint>(new Checkpoint(std::move(impl)));
+  return Status::Ok();
+}
+
+// ---- Layer loading ---------------------------------------------------------------------------------
+
+namespace {
+
+// One load: the tensors of one layer for one rank, with the checks and the byte accounting.
+class LayerLoader {
+ public:
+  LayerLoader(const Checkpoint& ckpt, int layer, LoadReport* report) : ckpt_(ckpt), layer_(layer), report_(report) {}
+
+  bool exists(const std::string& name) const { return ckpt_.find_tensor(name) != nullptr; }
+
+  // Looks a tensor up and checks its dtype (one of `dtypes`) and shape.
+  Status get(const std::string& name, std::initializer_list<Dtype> dtypes, const std::vector<int64_t>& shape,
+             const TensorInfo** t, const SafetensorsFile** f) const {
+    *t = ckpt_.find_tensor(name, f);
+    if (!*t) return io_error(ckpt_.info().directory, ": layer ", layer_, ": tensor '", name, "' is in no shard");
+    ++report_->num_tensors_read;
+    if (std::find(dtypes.begin(), dtypes.end(), (*t)->dtype) == dtypes.end()) {
+      std::string want;
+      for (Dtype d : dtypes) want += std::string(want.empty() ? "" : " or ") + to_string(d);
+      return io_error((*f)->path(), ": tensor '", name, "' has dtype ", to_string((*t)->dtype), ", expected ", want);
+    }
+    if ((*t)->shape != shape) {
+      TensorInfo expected;
+      expected.shape = shape;
+      return io_error((*f)->path(), ": tensor '", name, "' has shape ", (*t)->shape_string(), ", expected ",
+                      expected.shape_string(), " for ", ckpt_.problem().name, " (H = ", ckpt_.problem().hidden_size,
+                      ", I = ", ckpt_.problem().intermediate_size, ", E = ", ckpt_.problem().num_experts(), ")");
+    }
+    return Status::Ok();
+  }
+
+  // Copies `num_rows` rows: from row `src_row` of a row-major tensor with `row_bytes` per row, the bytes
+  // [col_byte, col_byte + num_bytes) of each, into dst with a stride of `dst_stride` bytes.
+  Status copy_rows(const SafetensorsFile& f, const TensorInfo& t, int64_t src_row, int64_t row_bytes, int64_t col_byte,
+                   int64_t num_bytes, int64_t num_rows, uint8_t* dst, int64_t dst_stride) {
+    if (col_byte == 0 && num_bytes == row_bytes && dst_stride == row_bytes) {
+      report_->bytes_read += uint64_t(num_rows * row_bytes);
+      return f.read(t, uint64_t(src_row * row_bytes), uint64_t(num_rows * row_bytes), dst);
+    }
+    for (int64_t r = 0; r < num_rows; ++r)
+      FP4MOE_RETURN_IF_ERROR(f.read(t, uint64_t((src_row + r) * row_bytes + col_byte), uint64_t(num_bytes), dst + r * dst_stride));
+    report_->bytes_read += uint64_t(num_rows * num_bytes);
+    return Status::Ok();
+  }
+
+  // Element `idx` of a float tensor (F32, BF16 or F16) as fp32 (exact for all three).
+  Status read_float(const SafetensorsFile& f, const TensorInfo& t, int64_t idx, float* out) {
+    const int bytes = dtype_bits(t.dtype) / 8;
+    uint8_t raw[4] = {};
+    FP4MOE_RETURN_IF_ERROR(f.read(t, uint64_t(idx * bytes), uint64_t(bytes), raw));
+    report_->bytes_read += uint64_t(bytes);
+    if (t.dtype == Dtype::kF32) {
+      std::memcpy(out, raw, 4);
+    } else {
+      uint16_t h;
+      std::memcpy(&h, raw, 2);
+      *out = t.dtype == Dtype::kBF16 ? bf16_to_float(h) : half_to_float(h);
+    }
+    return Status::Ok();
+  }
+
+  // A per-tensor scalar (shape [] or [1]), or entry e of a per-expert vector (shape [E]).
+  Status read_scale(const std::string& name, int64_t e, float* out) {
+    const SafetensorsFile* f;
+    const TensorInfo* t = ckpt_.find_tensor(name, &f);
+    if (!t) return io_error(ckpt_.info().directory, ": layer ", layer_, ": tensor '", name, "' is in no shard");
+    const int64_t E = ckpt_.problem().num_experts();
+    const bool scalar = t->shape.empty() || t->shape == std::vector<int64_t>{1};
+    if (!scalar && t->shape != std::vector<int64_t>{E})
+      return io_error(f->path(), ": tensor '", name, "' has shape ", t->shape_string(), ", expected a scalar ([] or [1])",
+                      e >= 0 ? " or one value per expert" : "");
+    if (t->dtype != Dtype::kF32 && t->dtype != Dtype::kBF16 && t->dtype != Dtype::kF16)
+      return io_error(f->path(), ": tensor '", name, "' has dtype ", to_string(t->dtype), ", expected F32, BF16 or F16");
+    ++report_->num_tensors_read;
+    FP4MOE_RETURN_IF_ERROR(read_float(*f, *t, scalar ? 0 : e, out));
+    if (!std::isfinite(*out) || *out < 0)
+      return io_error(f->path(), ": tensor '", name, "' = ", *out, " is not a finite non-negative scale");
+    return Status::Ok();
+  }
+
+  const Checkpoint& ckpt_;
+  int layer_;
+  LoadReport* report_;
+};
+
+std::string fmt_float(float v) {
+  std::ostringstream os;
+  os.precision(9);
+  os << v;
+  return os.str();
+}
+
+// Per-expert NVFP4 tensors (ModelOpt and compressed-tensors; DeepSeek-V3, Qwen3-MoE, Mixtral, Llama-4
+// if exported per expert).
+Status load_per_expert_nvfp4(LayerLoader& ld, const std::string& base, const char* const proj[3], bool compressed,
+                             int expert_begin, int64_t slice_begin, HostMoeWeights* w) {
+  const MoeProblem& p = ld.ckpt_.problem();
+  const int64_t H = p.hidden_size, I = p.intermediate_size, Il = w->intermediate;
+  const int64_t bs = kNvfp4BlockSize;
+  const char* weight_name = compressed ? "weight_packed" : "weight";
+  const char* gscale_name = compressed ? "weight_global_scale" : "weight_scale_2";
+  const char* iscale_name = compressed ? "input_global_scale" : "input_scale";
+  // Encode-convention scales (compressed-tensors) become decode ones with one correctly rounded
+  // division, the conversion format.h uses everywhere.
+  auto to_decode = [&](float v, const std::string& name, float* out) -> Status {
+    if (!compressed) {
+      *out = v;
+      return Status::Ok();
+    }
+    if (!(v > 0)) return io_error(ld.ckpt_.info().directory, ": tensor '", name, "' = ", v, " must be positive (it is divided by)");
+    *out = 1.0f / v;
+    return Status::Ok();
+  };
+  const bool input_scales = ld.exists(base + std::to_string(expert_begin) + "." + proj[0] + "." + iscale_name);
+  ld.report_->has_input_scales = input_scales;
+  int num_differ = 0;
+  for (int le = 0; le < w->num_experts; ++le) {
+    const int e = expert_begin + le;
+    const std::string eb = base + std::to_string(e) + ".";
+    float s2[3] = {}, in[3] = {};
+    for (int j = 0; j < 3; ++j) {
+      const std::string tb = eb + proj[j] + ".";
+      const bool down = j == 2;
+      const int64_t rows = down ? H : I, k = down ? I : H;
+      const TensorInfo *tw, *ts;
+      const SafetensorsFile *fw, *fs;
+      FP4MOE_RETURN_IF_ERROR(ld.get(tb + weight_name, {Dtype::kU8}, {rows, k / 2}, &tw, &fw));
+      // Some exporters label the e4m3 scale bytes U8.
+      FP4MOE_RETURN_IF_ERROR(ld.get(tb + "weight_scale", {Dtype::kF8E4M3, Dtype::kU8}, {rows, k / bs}, &ts, &fs));
+      if (!down) {
+        // Rows [slice_begin, slice_begin + Il) of gate (j = 0) or up (j = 1) -> w13 rows j*Il.. of the expert.
+        const int64_t dst_row = int64_t(le) * 2 * Il + j * Il;
+        FP4MOE_RETURN_IF_ERROR(ld.copy_rows(*fw, *tw, slice_begin, H / 2, 0, H / 2, Il, &w->w13[dst_row * H / 2], H / 2));
+        FP4MOE_RETURN_IF_ERROR(
+            ld.copy_rows(*fs, *ts, slice_begin, H / bs, 0, H / bs, Il, &w->w13_scale[dst_row * H / bs], H / bs));
+      } else {
+        // Columns [slice_begin, slice_begin + Il) of every row of down.
+        FP4MOE_RETURN_IF_ERROR(ld.copy_rows(*fw, *tw, 0, I / 2, slice_begin / 2, Il / 2, H,
+                                            &w->w2[int64_t(le) * H * Il / 2], Il / 2));
+        FP4MOE_RETURN_IF_ERROR(ld.copy_rows(*fs, *ts, 0, I / bs, slice_begin / bs, Il / bs, H,
+                                            &w->w2_scale[int64_t(le) * H * Il / bs], Il / bs));
+      }
+      float v;
+      FP4MOE_RETURN_IF_ERROR(ld.read_scale(tb + gscale_name, -1, &v));
+      FP4MOE_RETURN_IF_ERROR(to_decode(v, tb + gscale_name, &s2[j]));
+      if (input_scales) {
+        FP4MOE_RETURN_IF_ERROR(ld.read_scale(tb + iscale_name, -1, &v));
+        FP4MOE_RETURN_IF_ERROR(to_decode(v, tb + iscale_name, &in[j]));
+      }
+    }
+    if (float_bits(s2[0]) != float_bits(s2[1])) {
+      // vLLM's rule: one global scale for the fused gate|up, the gate's.
+      constexpr int kMaxListed = 8;
+      if (num_differ++ < kMaxListed)
+        ld.report_->warnings.push_back(detail::concat(
+            "layer ", ld.layer_, " expert ", e, ": ", proj[1], " ", gscale_name, " differs from ", proj[0],
+            "'s; the fused gate|up uses the gate's (weight_scale_2 ", fmt_float(s2[0]), " vs ", fmt_float(s2[1]),
+            "), so the up rows are scaled by ", fmt_float(s2[0] / s2[1])));
+    }
+    w->w13_scale_2[le] = s2[0];
+    w->w2_scale_2[le] = s2[2];
+    if (input_scales) {
+      w->a13_scale_2[le] = std::max(in[0], in[1]);
+      w->a2_scale_2[le] = in[2];
+    }
+  }
+  if (num_differ > 8)
+    ld.report_->warnings.push_back(detail::concat("layer ", ld.layer_, ": ", num_differ - 8,
+                                                  " more experts whose up_proj global scale differs from the gate's"));
+  return Status::Ok();
+}
+
+// Llama-4 ModelOpt: experts.gate_up_proj [E, 2I, H/2] (gate rows then up rows), experts.down_proj
+// [E, H, I/2], their weight_scale, weight_scale_2 and input_scale (per tensor or per expert). The scale
+// tensors are looked up as "<name>_weight_scale" and "<name>.weight_scale" (exporters differ).
+Status load_fused_nvfp4(LayerLoader& ld, const std::string& base, int expert_begin, int64_t slice_begin,
+                        HostMoeWeights* w) {
+  const MoeProblem& p = ld.ckpt_.problem();
+  const int64_t H = p.hidden_size, I = p.intermediate_size, Il = w->intermediate, E = p.num_experts();
+  const int64_t bs = kNvfp4BlockSize;
+  auto name_of = [&](const std::string& proj, const char* suffix) {
+    // "<proj>" / "<proj>.weight" for the weight; "<proj>_<suffix>" or "<proj>.<suffix>" for scales.
+    if (!*suffix) return ld.exists(base + proj) ? base + proj : base + proj + ".weight";
+    const std::string a = base + proj + "_" + suffix;
+    return ld.exists(a) ? a : base + proj + "." + suffix;
+  };
+  const std::string gu = "gate_up_proj", dn = "down_proj";
+  const TensorInfo *t13, *t13s, *t2, *t2s;
+  const SafetensorsFile *f13, *f13s, *f2, *f2s;
+  FP4MOE_RETURN_IF_ERROR(ld.get(name_of(gu, ""), {Dtype::kU8}, {E, 2 * I, H / 2}, &t13, &f13));
+  FP4MOE_RETURN_IF_ERROR(ld.get(name_of(gu, "weight_scale"), {Dtype::kF8E4M3, Dtype::kU8}, {E, 2 * I, H / bs}, &t13s, &f13s));
+  FP4MOE_RETURN_IF_ERROR(ld.get(name_of(dn, ""), {Dtype::kU8}, {E, H, I / 2}, &t2, &f2));
+  FP4MOE_RETURN_IF_ERROR(ld.get(name_of(dn, "weight_scale"), {Dtype::kF8E4M3, Dtype::kU8}, {E, H, I / bs}, &t2s, &f2s));
+  const bool input_scales = ld.exists(name_of(gu, "input_scale"));
+  ld.report_->has_input_scales = input_scales;
+  for (int le = 0; le < w->num_experts; ++le) {
+    const int64_t e = expert_begin + le;
+    for (int half = 0; half < 2; ++half) {
+      const int64_t src_row = e * 2 * I + half * I + slice_begin, dst_row = int64_t(le) * 2 * Il + half * Il;
+      FP4MOE_RETURN_IF_ERROR(ld.copy_rows(*f13, *t13, src_row, H / 2, 0, H / 2, Il, &w->w13[dst_row * H / 2], H / 2));
+      FP4MOE_RETURN_IF_ERROR(ld.copy_rows(*f13s, *t13s, src_row, H / bs, 0, H / bs, Il, &w->w13_scale[dst_row * H / bs], H / bs));
+    }
+    FP4MOE_RETURN_IF_ERROR(ld.copy_rows(*f2, *t2, e * H, I / 2, slice_begin / 2, Il / 2, H, &w->w2[int64_t(le) * H * Il / 2], Il / 2));
+    FP4MOE_RETURN_IF_ERROR(
+        ld.copy_rows(*f2s, *t2s, e * H, I / bs, slice_begin / bs, Il / bs, H, &w->w2_scale[int64_t(le) * H * Il / bs], Il / bs));
+    FP4MOE_RETURN_IF_ERROR(ld.read_scale(name_of(gu, "weight_scale_2"), e, &w->w13_scale_2[le]));
+    FP4MOE_RETURN_IF_ERROR(ld.read_scale(name_of(dn, "weight_scale_2"), e, &w->w2_scale_2[le]));
+    if (input_scales) {
+      FP4MOE_RETURN_IF_ERROR(ld.read_scale(name_of(gu, "input_scale"), e, &w->a13_scale_2[le]));
+      FP4MOE_RETURN_IF_ERROR(ld.read_scale(name_of(dn, "input_scale"), e, &w->a2_scale_2[le]));
+    }
+  }
+  return Status::Ok();
+}
+
+// gpt-oss MXFP4: blocks [E, N, K/32, 16] (the same bytes as [E, N, K/2]), e8m0 scales [E, N, K/32],
+// biases [E, N]; gate_up rows interleave gate (even) and up (odd).
+Status load_gpt_oss(LayerLoader& ld, const std::string& base, int expert_begin, int64_t slice_begin, bool add_w2_bias,
+                    HostMoeWeights* w) {
+  const MoeProblem& p = ld.ckpt_.problem();
+  const int64_t H = p.hidden_size, I = p.intermediate_size, Il = w->intermediate, E = p.num_experts();
+  const int64_t bs = kMxfp4BlockSize;
+  const TensorInfo *t13, *t13s, *t13b, *t2, *t2s, *t2b;
+  const SafetensorsFile *f13, *f13s, *f13b, *f2, *f2s, *f2b;
+  FP4MOE_RETURN_IF_ERROR(ld.get(base + "gate_up_proj_blocks", {Dtype::kU8}, {E, 2 * I, H / bs, 16}, &t13, &f13));
+  FP4MOE_RETURN_IF_ERROR(ld.get(base + "gate_up_proj_scales", {Dtype::kU8, Dtype::kF8E8M0}, {E, 2 * I, H / bs}, &t13s, &f13s));
+  FP4MOE_RETURN_IF_ERROR(
+      ld.get(base + "gate_up_proj_bias", {Dtype::kBF16, Dtype::kF32, Dtype::kF16}, {E, 2 * I}, &t13b, &f13b));
+  FP4MOE_RETURN_IF_ERROR(ld.get(base + "down_proj_blocks", {Dtype::kU8}, {E, H, I / bs, 16}, &t2, &f2));
+  FP4MOE_RETURN_IF_ERROR(ld.get(base + "down_proj_scales", {Dtype::kU8, Dtype::kF8E8M0}, {E, H, I / bs}, &t2s, &f2s));
+  FP4MOE_RETURN_IF_ERROR(ld.get(base + "down_proj_bias", {Dtype::kBF16, Dtype::kF32, Dtype::kF16}, {E, H}, &t2b, &f2b));
+  w->w13_bias.assign(size_t(w->num_experts) * 2 * Il, 0.0f);
+  w->w2_bias.assign(size_t(w->num_experts) * H, 0.0f);
+  for (int le = 0; le < w->num_experts; ++le) {
+    const int64_t e = expert_begin + le;
+    for (int half = 0; half < 2; ++half) {
+      for (int64_t r = 0; r < Il; ++r) {
+        // Gate row i is source row 2i, up row i is 2i + 1.
+        const int64_t src_row = e * 2 * I + 2 * (slice_begin + r) + half, dst_row = int64_t(le) * 2 * Il + half * Il + r;
+        FP4MOE_RETURN_IF_ERROR(ld.copy_rows(*f13, *t13, src_row, H / 2, 0, H / 2, 1, &w->w13[dst_row * H / 2], H / 2));
+        FP4MOE_RETURN_IF_ERROR(ld.copy_rows(*f13s, *t13s, src_row, H / bs, 0, H / bs, 1, &w->w13_scale[dst_row * H / bs], H / bs));
+        FP4MOE_RETURN_IF_ERROR(ld.read_float(*f13b, *t13b, src_row, &w->w13_bias[dst_row]));
+      }
+    }
+    FP4MOE_RETURN_IF_ERROR(ld.copy_rows(*f2, *t2, e * H, I / 2, slice_begin / 2, Il / 2, H, &w->w2[int64_t(le) * H * Il / 2], Il / 2));
+    FP4MOE_RETURN_IF_ERROR(
+        ld.copy_rows(*f2s, *t2s, e * H, I / bs, slice_begin / bs, Il / bs, H, &w->w2_scale[int64_t(le) * H * Il / bs], Il / bs));
+    // The down bias belongs to the full sum over TP ranks: rank 0 adds it.
+    if (add_w2_bias)
+      for (int64_t c = 0; c < H; ++c) FP4MOE_RETURN_IF_ERROR(ld.read_float(*f2b, *t2b, e * H + c, &w->w2_bias[le * H + c]));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status Checkpoint::load_moe_layer(int layer, const ShardOptions& shard, HostMoeWeights* out, LoadReport* report) const {
+  const CheckpointInfo& info = impl_->info;
+  const MoeProblem& p = info.problem;
+  LoadReport local_report;
+  if (!report) report = &local_report;
+  *report = LoadReport();
+  if (std::find(info.moe_layers.begin(), info.moe_layers.end(), layer) == info.moe_layers.end()) {
+    std::string list;
+    for (size_t i = 0; i < info.moe_layers.size() && i < 16; ++i) list += (i ? ", " : "") + std::to_string(info.moe_layers[i]);
+    if (info.moe_layers.size() > 16) list += ", ...";
+    return invalid_argument("layer = ", layer, " is not a MoE layer of ", info.directory, " (", info.num_layers,
+                            " layers; MoE layers: ", list, ")");
+  }
+  // The sharding rules of reference/sharding.h, checked here without depending on the oracle.
+  if (shard.ep_size < 1 || shard.ep_rank < 0 || shard.ep_rank >= shard.ep_size)
+    return invalid_argument("ep_rank = ", shard.ep_rank, ", ep_size = ", shard.ep_size, ": need 0 <= ep_rank < ep_size");
+  if (shard.tp_size < 1 || shard.tp_rank < 0 || shard.tp_rank >= shard.tp_size)
+    return invalid_argument("tp_rank = ", shard.tp_rank, ", tp_size = ", shard.tp_size, ": need 0 <= tp_rank < tp_size");
+  if (p.num_experts() % shard.ep_size != 0)
+    return invalid_argument("num_experts = ", p.num_experts(), " is not divisible by ep_size = ", shard.ep_size);
+  if (p.intermediate_size % shard.tp_size != 0 || (p.intermediate_size / shard.tp_size) % 32 != 0)
+    return invalid_argument("intermediate_size = ", p.intermediate_size, " split over tp_size = ", shard.tp_size,
+                            " must give a multiple of 32 per rank");
+  const int num_local = p.num_experts() / shard.ep_size;
+  const int expert_begin = shard.ep_rank * num_local;
+  const int64_t Il = p.intermediate_size / shard.tp_size;
+  const int64_t slice_begin = shard.tp_rank * Il;
+  const int64_t H = p.hidden_size;
+  const int bs = p.block_size();
+
+  HostMoeWeights w;
+  w.num_experts = num_local;
+  w.intermediate = Il;
+  w.w13.resize(size_t(num_local) * 2 * Il * H / 2);
+  w.w13_scale.resize(size_t(num_local) * 2 * Il * H / bs);
+  w.w2.resize(size_t(num_local) * H * Il / 2);
+  w.w2_scale.resize(size_t(num_local) * H * Il / bs);
+  const bool nvfp4 = p.weight_format == WeightFormat::kNvfp4;
+  if (nvfp4) {
+    w.w13_scale_2.resize(num_local);
+    w.w2_scale_2.resize(num_local);
+    w.a13_scale_2.resize(num_local);
+    w.a2_scale_2.resize(num_local);
+  }
+
+  // Module names of the routed experts within a layer, per architecture.
+  const Arch arch = arch_of(info);
+  const char* module = arch == Arch::kMixtral ? "block_sparse_moe" : arch == Arch::kLlama4 ? "feed_forward" : "mlp";
+  static const char* const kProj[3] = {"gate_proj", "up_proj", "down_proj"};
+  static const char* const kMixtralProj[3] = {"w1", "w3", "w2"};
+  const char* const* proj = arch == Arch::kMixtral ? kMixtralProj : kProj;
+  const bool compressed = info.convention == QuantConvention::kCompressedTensorsNvfp4;
+  const std::string per_expert_probe =
+      std::string("experts.") + std::to_string(expert_begin) + "." + proj[0] + "." + (compressed ? "weight_packed" : "weight");
+
+  // The prefix before "layers." differs between text-only and multimodal exports: find the one the
+  // headers hold.
+  static const char* const kPrefixes[] = {"model.", "language_model.model.", "model.language_model.", ""};
+  LayerLoader ld(*this, layer, report);
+  std::string base;
+  enum class Layout { kNone, kPerExpert, kFused, kGptOss } layout = Layout::kNone;
+  std::vector<std::string> probes;
+  for (const char* prefix : kPrefixes) {
+    const std::string b = std::string(prefix) + "layers." + std::to_string(layer) + "." + module + ".";
+    if (arch == Arch::kGptOss) {
+      probes.push_back(b + "experts.gate_up_proj_blocks");
+      if (ld.exists(probes.back())) layout = Layout::kGptOss;
+    } else {
+      probes.push_back(b + per_expert_probe);
+      if (ld.exists(probes.back())) layout = Layout::kPerExpert;
+      if (arch == Arch::kLlama4 && layout == Layout::kNone) {
+        probes.push_back(b + "experts.gate_up_proj");
+        if (ld.exists(probes.back()) || ld.exists(probes.back() + ".weight")) layout = Layout::kFused;
+      }
+    }
+    if (layout != Layout::kNone) {
+      base = b + "experts.";
+      break;
+    }
+  }
+  if (layout == Layout::kNone) {
+    std::string tried;
+    for (size_t i = 0; i < probes.size() && i < 4; ++i) tried += std::string(i ? ", " : "") + "'" + probes[i] + "'";
+    return io_error(info.directory, ": layer ", layer, ": no routed-expert tensors found for ", info.architecture, " (",
+                    to_string(info.convention), "); looked for ", tried);
+  }
+
+  if (layout == Layout::kPerExpert) {
+    report->expert_layout = "per-expert";
+    FP4MOE_RETURN_IF_ERROR(load_per_expert_nvfp4(ld, base, proj, compressed, expert_begin, slice_begin, &w));
+  } else if (layout == Layout::kFused) {
+    report->expert_layout = "fused 3-D";
+    FP4MOE_RETURN_IF_ERROR(load_fused_nvfp4(ld, base, expert_begin, slice_begin, &w));
+  } else {
+    report->expert_layout = "gpt-oss blocks";
+    FP4MOE_RETURN_IF_ERROR(load_gpt_oss(ld, base, expert_begin, slice_begin, shard.tp_rank == 0, &w));
+  }
+  if (!report->has_input_scales) {
+    w.a13_scale_2.clear();
+    w.a2_scale_2.clear();
+  }
+
+  if (p.routing.method == RoutingMethod::kDeepSeekV3) {
+    // The selection bias of DeepSeek-V3 routing covers every expert, whatever the rank holds.
+    const std::string name = base.substr(0, base.size() - std::string("experts.").size()) + "gate.e_score_correction_bias";
+    const TensorInfo* t;
+    const SafetensorsFile* f;
+    FP4MOE_RETURN_IF_ERROR(ld.get(name, {Dtype::kF32, Dtype::kBF16, Dtype::kF16}, {p.num_experts()}, &t, &f));
+    w.routing_bias.resize(p.num_experts());
+    for (int e = 0; e < p.num_experts(); ++e) FP4MOE_RETURN_IF_ERROR(ld.read_float(*f, *t, e, &w.routing_bias[e]));
+  }
+  *out = std::move(w);
+  return Status::Ok();
+}
+
+}  // namespace fp4moe
