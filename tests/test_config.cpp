@@ -53,3 +53,63 @@ TEST(SelectConfig, OnlyInstantiatedTilesAndSaneShapes) {
 
 }  // namespace
 }  // namespace fp4moe::sm90
+
+#include <cstdio>
+#include <fstream>
+
+#include "src/gemm/sm90/tune.h"
+
+namespace fp4moe::sm90 {
+namespace {
+
+std::string temp_path(const char* name) { return std::string(::testing::TempDir()) + name; }
+
+TEST(TuneTable, SelectConfigReturnsOnlyCompiledConfigs) {
+  for (int64_t t : {1, 100, 1000, 100000}) {
+    const Sm90Config c = select_config(deepseek(t));
+    EXPECT_TRUE(config_by_name(c.name()).has_value()) << c.name();
+  }
+  EXPECT_FALSE(config_by_name("BN48_C2_S4_x1").has_value());
+}
+
+TEST(TuneTable, SavesLoadsAndLooksUpByRowsPerExpertBucket) {
+  TuneTable t;
+  t.set_device("NVIDIA H200");
+  t.set(deepseek(128), compiled_configs()[2]);  // 4 rows per expert -> bucket 4
+  const std::string path = temp_path("tune_ok.txt");
+  ASSERT_TRUE(t.save(path).ok());
+  TuneTable u;
+  ASSERT_TRUE(u.load(path, "NVIDIA H200").ok());
+  EXPECT_EQ(u.size(), 1u);
+  auto hit = u.lookup(deepseek(100));  // 3.1 rows per expert: same bucket
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->name(), compiled_configs()[2].name());
+  EXPECT_NE(std::string(hit->regime).find("tuned"), std::string::npos);
+  EXPECT_FALSE(u.lookup(deepseek(1024)).has_value());  // 32 rows per expert: not measured
+  // Another GPU's table is read but not used.
+  TuneTable other;
+  ASSERT_TRUE(other.load(path, "NVIDIA H100 80GB HBM3").ok());
+  EXPECT_EQ(other.size(), 0u);
+}
+
+TEST(TuneTable, RejectsMalformedFilesNamingTheLine) {
+  auto write = [](const std::string& path, const std::string& text) { std::ofstream(path) << text; };
+  TuneTable t;
+  const std::string p1 = temp_path("tune_bad1.txt");
+  write(p1, "not-a-tune-file\n");
+  Status s = t.load(p1, "x");
+  EXPECT_EQ(s.code(), StatusCode::kIoError);
+  EXPECT_NE(s.message().find("line 1"), std::string::npos) << s.message();
+  const std::string p2 = temp_path("tune_bad2.txt");
+  write(p2, "fp4moe-tune v1\ndevice x\n7168 2048 256 8 4 BN48_C2_S4_x1\n");
+  s = t.load(p2, "x");
+  EXPECT_NE(s.message().find("line 3"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("BN48_C2_S4_x1"), std::string::npos) << s.message();
+  const std::string p3 = temp_path("tune_bad3.txt");
+  write(p3, "fp4moe-tune v1\n7168 2048 256\n");
+  EXPECT_NE(t.load(p3, "x").message().find("line 2"), std::string::npos);
+  EXPECT_EQ(t.load(temp_path("does_not_exist.txt"), "x").code(), StatusCode::kIoError);
+}
+
+}  // namespace
+}  // namespace fp4moe::sm90

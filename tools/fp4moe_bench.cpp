@@ -27,6 +27,7 @@
 #include "fp4moe/moe_gpu.h"
 #include "fp4moe/numerics.h"
 #include "reference/moe_reference.h"
+#include "src/gemm/sm90/tune.h"
 #include "src/moe/workspace.h"
 
 #include <cublas_v2.h>
@@ -50,6 +51,8 @@ struct Options {
   int scale = 1;        // divide H and I (smaller runs)
   int check_tokens = 8;  // tokens compared with the reference per token count
   bool random_routing = false;  // uniform random distinct top-k (as the peers' anchors) instead of the router
+  std::string tune_out;         // --tune FILE: measure every compiled config per token count, write FILE
+  std::string tune_file;        // --tune-file FILE: use measured choices
   std::string argv;
 };
 
@@ -58,7 +61,8 @@ struct Options {
                "error: %s\n"
                "usage: fp4moe-bench [--preset NAME] [--tokens 1,128,8192] [--mode w4a16|w4a4] [--path auto|sm90|simt]\n"
                "                    [--check] [--check-tokens N] [--json FILE] [--iters N] [--warmup N] [--seed N]\n"
-               "                    [--scale F] [--routing model|random] [--verbose]\n",
+               "                    [--scale F] [--routing model|random] [--tune FILE] [--tune-file FILE]\n"
+               "                    [--verbose]\n",
                msg);
   std::exit(2);
 }
@@ -92,6 +96,8 @@ Options parse(int argc, char** argv) {
       if (!s.ok()) usage(s.message().c_str());
     } else if (a == "--check") o.check = true;
     else if (a == "--check-tokens") o.check_tokens = int(integer(value()));
+    else if (a == "--tune") o.tune_out = value();
+    else if (a == "--tune-file") o.tune_file = value();
     else if (a == "--routing") {
       const std::string r = value();
       if (r == "random") o.random_routing = true;
@@ -502,8 +508,43 @@ int main(int argc, char** argv) {
               ceil.bf16_tflops);
   LayerOptions lo;
   lo.path = o.path;
+  lo.tune_file = o.tune_file;
   std::unique_ptr<MoeLayer> layer;
   CHECK_OK(MoeLayer::create_dummy(p, o.seed, lo, &layer));
+  if (!o.tune_out.empty()) {
+    // Every compiled config at every token count (graph replay, no check), the fastest kept. Nothing
+    // is compiled: the candidates are the kernels already in the library.
+    sm90::TuneTable table;
+    table.set_device(prop.name);
+    Options quick = o;
+    quick.check = false;
+    quick.iters = std::min(o.iters, 20);
+    std::printf("tuning (graph replay ms per config):\n");
+    for (int64_t T : o.tokens) {
+      std::string best;
+      double best_ms = INFINITY;
+      std::printf("%7lld", (long long)T);
+      for (const auto& name : MoeLayer::sm90_config_names()) {
+        CHECK_OK(layer->force_sm90_config(name));
+        const double ms = run_tokens(*layer, quick, Ceilings{1, 1}, T, size_t(prop.l2CacheSize)).graph_ms;
+        std::printf("  %s %.4f", name.c_str(), ms);
+        if (ms < best_ms) best_ms = ms, best = name;
+      }
+      std::printf("  -> %s\n", best.c_str());
+      sm90::ConfigInput in;
+      in.num_tokens = T;
+      in.top_k = p.top_k();
+      in.num_local_experts = layer->num_local_experts();
+      in.hidden = p.hidden_size;
+      in.inter_local = layer->local_intermediate_size();
+      table.set(in, *sm90::config_by_name(best));
+    }
+    CHECK_OK(table.save(o.tune_out));
+    std::printf("wrote %s (%zu entries)\n", o.tune_out.c_str(), table.size());
+    lo.tune_file = o.tune_out;
+    layer.reset();
+    CHECK_OK(MoeLayer::create_dummy(p, o.seed, lo, &layer));
+  }
   std::printf("layer: H=%lld I=%lld E=%d top-%d, %.2f GB of repacked weights, workspace %.1f MB\n",
               (long long)p.hidden_size, (long long)p.intermediate_size, p.num_experts(), p.top_k(),
               layer->weight_bytes() / 1e9, layer->workspace_bytes() / 1e6);

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "fp4moe/moe.h"
 
@@ -31,6 +32,8 @@ struct LayerOptions {
   // Expert / tensor parallel shard this layer holds (see reference/sharding.h for the semantics).
   int ep_rank = 0, ep_size = 1;
   int tp_rank = 0, tp_size = 1;
+  // Config choices measured by `fp4moe-bench --tune FILE` on this GPU (empty: the built-in heuristic).
+  std::string tune_file;
 };
 
 struct ForwardArgs {
@@ -76,6 +79,11 @@ class MoeLayer {
   Status forward(const ForwardArgs& args, void* workspace, size_t workspace_bytes, cudaStream_t stream) const;
   // Which kernels forward() runs for num_tokens tokens.
   KernelInfo kernel_info(int64_t num_tokens) const;
+
+  // Tuning hooks (fp4moe-bench --tune): the names of the compiled sm90 configs, and forcing one of
+  // them for every token count ("" restores the normal choice). A config changes speed, never results.
+  static std::vector<std::string> sm90_config_names();
+  Status force_sm90_config(const std::string& name);
 
   // Device-side errors of the most recent forward on this workspace: expert ids outside [0, E) in
   // precomputed routing are skipped (their slot contributes nothing) and counted. Synchronizes.

@@ -4,12 +4,14 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <optional>
 
 #include "fp4moe/moe_gpu.h"
 #include "reference/sharding.h"
 #include "src/common/cuda_utils.h"
 #include "src/gemm/simt/grouped_gemm_simt.h"
 #include "src/gemm/sm90/moe_gemm_sm90.h"
+#include "src/gemm/sm90/tune.h"
 #include "src/moe/weights.h"
 #include "src/moe/workspace.h"
 #include "src/permute/permute.h"
@@ -42,10 +44,13 @@ struct MoeLayer::Impl {
   KernelPath path = KernelPath::kSimt;  // resolved (never kAuto)
   int device = 0;
   int num_sms = 0;
+  sm90::TuneTable tune;
+  std::optional<sm90::Sm90Config> forced;
 
   ~Impl() { weights.release(); }
 
   sm90::Sm90Config sm90_config(int64_t num_tokens) const {
+    if (forced) return *forced;
     sm90::ConfigInput in;
     in.num_tokens = num_tokens;
     in.top_k = problem.top_k();
@@ -53,6 +58,7 @@ struct MoeLayer::Impl {
     in.hidden = problem.hidden_size;
     in.inter_local = shard.inter_local;
     in.num_sms = num_sms;
+    if (auto tuned = tune.lookup(in)) return *tuned;
     return sm90::select_config(in);
   }
   int tile_tokens(int64_t num_tokens) const {
@@ -109,6 +115,7 @@ static Status build_layer(const MoeProblem& problem, const LayerOptions& options
   FP4MOE_RETURN_IF_ERROR(current_device_info(&info));
   impl->num_sms = info.num_sms;
   FP4MOE_RETURN_IF_ERROR(resolve_path(options.path, info, &impl->path));
+  if (!options.tune_file.empty()) FP4MOE_RETURN_IF_ERROR(impl->tune.load(options.tune_file, info.name));
   FP4MOE_RETURN_IF_ERROR(make_weights(impl->shard, &impl->weights));
   impl->ws_layout = WorkspaceLayout::make(problem.max_tokens, problem.top_k(), impl->shard.num_local_experts,
                                           problem.hidden_size, impl->shard.inter_local);
@@ -161,6 +168,30 @@ KernelInfo MoeLayer::kernel_info(int64_t num_tokens) const {
   k.gemm2 = "gemm2_simt_kernel(units=64x64, tokens=" + std::to_string(bn) + ")";
   k.regime = "simt: reference path, CUDA cores";
   return k;
+}
+
+std::vector<std::string> MoeLayer::sm90_config_names() {
+  std::vector<std::string> names;
+  for (const auto& c : sm90::compiled_configs()) names.push_back(c.name());
+  return names;
+}
+
+Status MoeLayer::force_sm90_config(const std::string& name) {
+  if (name.empty()) {
+    impl_->forced.reset();
+    return Status::Ok();
+  }
+  if (impl_->path != KernelPath::kSm90)
+    return unsupported("force_sm90_config('", name, "'): the layer runs the ", to_string(impl_->path), " path");
+  auto c = sm90::config_by_name(name);
+  if (!c) {
+    std::string all;
+    for (const auto& n : sm90_config_names()) all += (all.empty() ? "" : ", ") + n;
+    return invalid_argument("sm90 config = '", name, "' is not compiled; configs: ", all);
+  }
+  c->regime = "forced";
+  impl_->forced = *c;
+  return Status::Ok();
 }
 
 Status MoeLayer::validate(const ForwardArgs& a, const void* workspace, size_t workspace_bytes) const {

@@ -1,5 +1,7 @@
 #include "src/gemm/sm90/config.h"
 
+#include "src/gemm/sm90/tune.h"
+
 namespace fp4moe::sm90 {
 
 std::string Sm90Config::name() const {
@@ -10,17 +12,11 @@ std::string Sm90Config::name() const {
 Sm90Config select_config(const ConfigInput& in) {
   const int64_t rows = in.num_tokens * in.top_k;
   const int64_t per_expert = in.num_local_experts > 0 ? (rows + in.num_local_experts - 1) / in.num_local_experts : rows;
-  Sm90Config c;
-  if (per_expert <= 16) {
-    c = {16, 2, 8, 3, "decode: <= 16 rows per expert"};
-  } else if (per_expert <= 64) {
-    c = {64, 4, 8, 1, "small: <= 64 rows per expert"};
-  } else if (per_expert <= 128) {
-    c = {128, 2, 6, 1, "medium: <= 128 rows per expert"};
-  } else {
-    c = {256, 2, 4, 1, "prefill: > 128 rows per expert"};
-  }
-  return c;
+  const auto& c = compiled_configs();
+  if (per_expert <= 16) return c[0];
+  if (per_expert <= 64) return c[1];
+  if (per_expert <= 128) return c[2];
+  return c[3];
 }
 
 }  // namespace fp4moe::sm90

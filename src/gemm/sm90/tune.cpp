@@ -1,0 +1,101 @@
+#include "src/gemm/sm90/tune.h"
+
+#include <fstream>
+#include <sstream>
+
+namespace fp4moe::sm90 {
+
+const std::vector<Sm90Config>& compiled_configs() {
+  // The instantiations of launch.cuh's dispatch; select_config returns only these.
+  static const std::vector<Sm90Config> kConfigs = {
+      {16, 2, 8, 3, "decode: <= 16 rows per expert"},
+      {64, 4, 8, 1, "small: <= 64 rows per expert"},
+      {128, 2, 6, 1, "medium: <= 128 rows per expert"},
+      {256, 2, 4, 1, "prefill: > 128 rows per expert"},
+  };
+  return kConfigs;
+}
+
+std::optional<Sm90Config> config_by_name(const std::string& name) {
+  for (const auto& c : compiled_configs())
+    if (c.name() == name) return c;
+  return std::nullopt;
+}
+
+int64_t rows_per_expert_bucket(const ConfigInput& in) {
+  const int64_t rows = in.num_tokens * in.top_k;
+  const int64_t per = in.num_local_experts > 0 ? (rows + in.num_local_experts - 1) / in.num_local_experts : rows;
+  int64_t b = 1;
+  while (b < per) b *= 2;
+  return b;
+}
+
+TuneTable::Key TuneTable::key(const ConfigInput& in) {
+  return {in.hidden, in.inter_local, in.num_local_experts, in.top_k, rows_per_expert_bucket(in)};
+}
+
+void TuneTable::set(const ConfigInput& in, const Sm90Config& c) { entries_[key(in)] = c.name(); }
+
+std::optional<Sm90Config> TuneTable::lookup(const ConfigInput& in) const {
+  const auto it = entries_.find(key(in));
+  if (it == entries_.end()) return std::nullopt;
+  auto c = config_by_name(it->second);
+  if (c) c->regime = "tuned: measured by fp4moe-bench --tune";
+  return c;
+}
+
+Status TuneTable::load(const std::string& path, const std::string& device_name) {
+  std::ifstream f(path);
+  if (!f) return Status(StatusCode::kIoError, detail::concat("tune file '", path, "' cannot be opened"));
+  std::string line;
+  int line_no = 0;
+  bool header = false, same_device = false;
+  entries_.clear();
+  while (std::getline(f, line)) {
+    ++line_no;
+    const auto hash = line.find('#');
+    if (hash != std::string::npos) line.resize(hash);
+    std::istringstream in(line);
+    std::string first;
+    if (!(in >> first)) continue;
+    auto bad = [&](const std::string& why) {
+      return Status(StatusCode::kIoError, detail::concat("tune file '", path, "' line ", line_no, ": ", why));
+    };
+    if (!header) {
+      std::string version;
+      if (first != "fp4moe-tune" || !(in >> version) || version != "v1") return bad("expected 'fp4moe-tune v1'");
+      header = true;
+      continue;
+    }
+    if (first == "device") {
+      std::string name;
+      std::getline(in >> std::ws, name);
+      device_ = name;
+      same_device = name == device_name;
+      continue;
+    }
+    int64_t h = 0, i = 0, bucket = 0;
+    int e = 0, k = 0;
+    std::string config;
+    std::istringstream entry(line);
+    if (!(entry >> h >> i >> e >> k >> bucket >> config)) return bad("expected '<H> <I> <experts> <top-k> <bucket> <config>'");
+    if (!config_by_name(config)) return bad("config '" + config + "' has no compiled kernel");
+    if (same_device) entries_[{h, i, e, k, bucket}] = config;
+  }
+  if (!header) return Status(StatusCode::kIoError, detail::concat("tune file '", path, "' is empty"));
+  return Status::Ok();
+}
+
+Status TuneTable::save(const std::string& path) const {
+  std::ofstream f(path);
+  if (!f) return Status(StatusCode::kIoError, detail::concat("tune file '", path, "' cannot be written"));
+  f << "fp4moe-tune v1\n# written by fp4moe-bench --tune\ndevice " << device_ << "\n";
+  f << "# H I_local local_experts top_k rows_per_expert_bucket config\n";
+  for (const auto& [k, c] : entries_)
+    f << std::get<0>(k) << ' ' << std::get<1>(k) << ' ' << std::get<2>(k) << ' ' << std::get<3>(k) << ' '
+      << std::get<4>(k) << ' ' << c << '\n';
+  if (!f) return Status(StatusCode::kIoError, detail::concat("tune file '", path, "': write failed"));
+  return Status::Ok();
+}
+
+}  // namespace fp4moe::sm90
