@@ -1,0 +1,1340 @@
+// fp4moe._ext: the binding layer between Python and the C++ API. It only converts and checks:
+//   - arrays arrive through DLPack (nanobind ndarray, no copies); dtype, device, shape, contiguity and
+//     device agreement are checked here and a failure names the argument and what it got;
+//   - strings become enums (recipes, layouts, routing methods, modes, kernel paths);
+//   - a non-ok Status becomes fp4moe.Fp4moeError (or its subclass for the code) with the same message.
+// Outputs are allocated by the Python layer (python/fp4moe/__init__.py) with the caller's framework,
+// so nothing here allocates per call and a CUDA forward can be captured in a CUDA graph. The layer
+// object allocates its workspace once, at creation. No framework headers: NumPy, PyTorch, CuPy or
+// JAX arrays all cross as DLPack tensors.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "fp4moe/format.h"
+#include "fp4moe/moe.h"
+#include "fp4moe/numerics.h"
+#include "fp4moe/routing.h"
+#include "fp4moe/status.h"
+#include "reference/moe_reference.h"
+#include "reference/sharding.h"
+
+#if FP4MOE_HAS_CUDA
+#include <cuda_runtime_api.h>
+
+#include "fp4moe/moe_gpu.h"
+#endif
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace fp4moe::py {
+namespace {
+
+// ---- Errors --------------------------------------------------------------------------------------
+
+// A non-ok Status on its way to Python; the translator below picks the exception class by code.
+struct StatusError : std::exception {
+  explicit StatusError(Status s) : status(std::move(s)) {}
+  const char* what() const noexcept override { return status.message().c_str(); }
+  Status status;
+};
+
+PyObject* g_error = nullptr;             // fp4moe.Fp4moeError(RuntimeError)
+PyObject* g_invalid_argument = nullptr;  // fp4moe.InvalidArgumentError(Fp4moeError, ValueError)
+PyObject* g_unsupported = nullptr;       // fp4moe.UnsupportedError(Fp4moeError, NotImplementedError)
+PyObject* g_cuda_error = nullptr;        // fp4moe.CudaError(Fp4moeError)
+
+void check(const Status& s) {
+  if (!s.ok()) throw StatusError(s);
+}
+
+template <typename... Args>
+[[noreturn]] void fail_invalid(const Args&... args) {
+  throw StatusError(invalid_argument(args...));
+}
+
+template <typename... Args>
+[[noreturn]] void fail_unsupported(const Args&... args) {
+  throw StatusError(unsupported(args...));
+}
+
+void raise_status(const Status& s) {
+  PyObject* cls = g_error;
+  if (s.code() == StatusCode::kInvalidArgument) cls = g_invalid_argument;
+  else if (s.code() == StatusCode::kUnsupported) cls = g_unsupported;
+  else if (s.code() == StatusCode::kCudaError) cls = g_cuda_error;
+  PyObject* exc = PyObject_CallFunction(cls, "s", s.message().c_str());
+  if (!exc) return;  // the constructor raised; leave its error set
+  PyObject* code = PyUnicode_FromString(to_string(s.code()));
+  if (code) {
+    PyObject_SetAttrString(exc, "code", code);
+    Py_DECREF(code);
+  }
+  PyErr_SetObject(cls, exc);
+  Py_DECREF(exc);
+}
+
+#if FP4MOE_HAS_CUDA
+void check_cuda(cudaError_t e, const char* expr) {
+  if (e != cudaSuccess)
+    throw StatusError(Status(StatusCode::kCudaError, detail::concat(expr, ": ", cudaGetErrorString(e))));
+}
+#define FP4MOE_PY_CUDA(expr) check_cuda((expr), #expr)
+
+// Makes `device` current for the scope of a call and restores the caller's device afterwards.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    FP4MOE_PY_CUDA(cudaGetDevice(&previous_));
+    if (previous_ != device) FP4MOE_PY_CUDA(cudaSetDevice(device));
+  }
+  ~DeviceGuard() {
+    int now = -1;
+    if (cudaGetDevice(&now) == cudaSuccess && now != previous_) cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+#endif
+
+// ---- Arrays --------------------------------------------------------------------------------------
+
+using InArray = nb::ndarray<nb::ro>;  // read through a const pointer; read-only arrays are fine
+using OutArray = nb::ndarray<>;       // written
+
+namespace dl = nb::dlpack;
+
+std::string dtype_name(dl::dtype t) {
+  const int bits = t.bits;
+  std::string base;
+  switch (static_cast<dl::dtype_code>(t.code)) {
+    case dl::dtype_code::Int: base = "int" + std::to_string(bits); break;
+    case dl::dtype_code::UInt: base = "uint" + std::to_string(bits); break;
+    case dl::dtype_code::Float: base = "float" + std::to_string(bits); break;
+    case dl::dtype_code::Bfloat: base = "bfloat" + std::to_string(bits); break;
+    case dl::dtype_code::Bool: base = "bool"; break;
+    case dl::dtype_code::Float8_E4M3FN: base = "float8_e4m3fn"; break;
+    case dl::dtype_code::Float8_E8M0FNU: base = "float8_e8m0fnu"; break;
+    case dl::dtype_code::Float8_E5M2: base = "float8_e5m2"; break;
+    case dl::dtype_code::Float4_E2M1FN: base = "float4_e2m1fn"; break;
+    default: base = "dtype(code=" + std::to_string(int(t.code)) + ", bits=" + std::to_string(bits) + ")"; break;
+  }
+  if (t.lanes != 1) base += "x" + std::to_string(t.lanes);
+  return base;
+}
+
+constexpr dl::dtype kF32{uint8_t(dl::dtype_code::Float), 32, 1};
+constexpr dl::dtype kBF16{uint8_t(dl::dtype_code::Bfloat), 16, 1};
+constexpr dl::dtype kU8{uint8_t(dl::dtype_code::UInt), 8, 1};
+constexpr dl::dtype kI32{uint8_t(dl::dtype_code::Int), 32, 1};
+constexpr dl::dtype kE4M3{uint8_t(dl::dtype_code::Float8_E4M3FN), 8, 1};
+constexpr dl::dtype kE8M0{uint8_t(dl::dtype_code::Float8_E8M0FNU), 8, 1};
+
+// Where an array lives. Pinned host memory (cuda_host) is host memory for the CPU code.
+struct Place {
+  bool cuda = false;
+  int device_id = 0;
+  bool operator==(const Place& o) const { return cuda == o.cuda && (!cuda || device_id == o.device_id); }
+  std::string str() const { return cuda ? "cuda:" + std::to_string(device_id) : "cpu"; }
+};
+
+template <typename A>
+Place place_of(const char* name, const A& a) {
+  switch (a.device_type()) {
+    case nb::device::cpu::value:
+    case nb::device::cuda_host::value:
+      return {false, 0};
+    case nb::device::cuda::value:
+    case nb::device::cuda_managed::value:
+      return {true, a.device_id()};
+    default:
+      fail_invalid(name, " is on DLPack device type ", a.device_type(), "; fp4moe takes CPU or CUDA arrays");
+  }
+}
+
+template <typename A>
+std::string shape_str(const A& a) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < a.ndim(); ++i) os << (i ? ", " : "") << a.shape(i);
+  os << "]";
+  return os.str();
+}
+
+// An expected extent: a fixed value (>= 0) or any (kAny), named for the error message.
+constexpr int64_t kAny = -1;
+struct Dim {
+  const char* name;
+  int64_t value;
+};
+
+std::string dims_str(const std::vector<Dim>& dims) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < dims.size(); ++i) {
+    os << (i ? ", " : "") << dims[i].name;
+    if (dims[i].value != kAny) os << " = " << dims[i].value;
+  }
+  os << "]";
+  return os.str();
+}
+
+template <typename A>
+void check_contiguous(const char* name, const A& a) {
+  if (a.size() == 0) return;  // no element to address: any strides will do
+  int64_t expected = 1;
+  for (int i = int(a.ndim()) - 1; i >= 0; --i) {
+    if (a.shape(i) != 1 && a.stride(i) != expected) {
+      std::ostringstream strides;
+      for (size_t j = 0; j < a.ndim(); ++j) strides << (j ? ", " : "") << a.stride(j);
+      fail_invalid(name, " is not C-contiguous (shape ", shape_str(a), ", strides [", strides.str(),
+                   "] in elements); pass a contiguous array (.contiguous(), numpy.ascontiguousarray)");
+    }
+    expected *= int64_t(a.shape(i));
+  }
+}
+
+template <typename A>
+void check_dtype(const char* name, const A& a, std::initializer_list<dl::dtype> allowed) {
+  for (const dl::dtype& t : allowed)
+    if (a.dtype() == t) return;
+  std::string list;
+  for (const dl::dtype& t : allowed) list += (list.empty() ? "" : " or ") + dtype_name(t);
+  fail_invalid(name, " has dtype ", dtype_name(a.dtype()), "; expected ", list);
+}
+
+template <typename A>
+void check_shape(const char* name, const A& a, const std::vector<Dim>& dims) {
+  bool ok = a.ndim() == dims.size();
+  for (size_t i = 0; ok && i < dims.size(); ++i) ok = dims[i].value == kAny || int64_t(a.shape(i)) == dims[i].value;
+  if (!ok) fail_invalid(name, " has shape ", shape_str(a), "; expected ", dims_str(dims));
+}
+
+// All checks of one array; returns where it lives.
+template <typename A>
+Place check_array(const char* name, const A& a, std::initializer_list<dl::dtype> dtypes, const std::vector<Dim>& dims) {
+  const Place place = place_of(name, a);
+  check_dtype(name, a, dtypes);
+  check_shape(name, a, dims);
+  check_contiguous(name, a);
+  return place;
+}
+
+void check_same_place(const char* name, const Place& got, const char* ref_name, const Place& want) {
+  if (!(got == want))
+    fail_invalid(name, " is on ", got.str(), " but ", ref_name, " is on ", want.str(),
+                 "; all arrays of a call must be on one device");
+}
+
+#if FP4MOE_HAS_CUDA
+cudaStream_t as_stream(uintptr_t handle) { return reinterpret_cast<cudaStream_t>(handle); }
+#endif
+
+[[noreturn, maybe_unused]] void fail_no_cuda(const char* what) {
+  fail_unsupported(what, ": this fp4moe build has no CUDA support (FP4MOE_ENABLE_CUDA=OFF); pass CPU arrays");
+}
+
+// ---- Enum names ----------------------------------------------------------------------------------
+
+GlobalScaleConvention parse_convention(const std::string& s) {
+  if (s == "encode") return GlobalScaleConvention::kEncode;
+  if (s == "decode") return GlobalScaleConvention::kDecode;
+  fail_invalid("convention = '", s,
+               "' is not one of: encode (gs = 2688/amax: vLLM, FlashInfer, compressed-tensors *_global_scale), "
+               "decode (s2 = amax/2688: ModelOpt weight_scale_2, input_scale)");
+}
+
+ScaleLayout parse_layout(const std::string& s) {
+  if (s == "linear") return ScaleLayout::kLinear;
+  if (s == "swizzled" || s == "swizzled128x4") return ScaleLayout::kSwizzled128x4;
+  fail_invalid("layout = '", s, "' is not one of: linear, swizzled (alias swizzled128x4)");
+}
+
+Nvfp4Recipe parse_recipe_name(const std::string& s) {
+  Nvfp4Recipe r;
+  check(parse_recipe(s.c_str(), &r));
+  return r;
+}
+
+const char* method_name(RoutingMethod m) {
+  switch (m) {
+    case RoutingMethod::kSoftmaxTopK: return "softmax_topk";
+    case RoutingMethod::kDeepSeekV3: return "deepseek_v3";
+    case RoutingMethod::kLlama4: return "llama4";
+    case RoutingMethod::kTopKSoftmax: return "topk_softmax";
+  }
+  return "unknown";
+}
+
+RoutingMethod parse_method(const std::string& s) {
+  for (RoutingMethod m : {RoutingMethod::kSoftmaxTopK, RoutingMethod::kDeepSeekV3, RoutingMethod::kLlama4,
+                          RoutingMethod::kTopKSoftmax})
+    if (s == method_name(m) || s == to_string(m)) return m;
+  fail_invalid("routing method = '", s, "' is not one of: softmax_topk, deepseek_v3, llama4, topk_softmax");
+}
+
+Activation parse_activation(const std::string& s) {
+  if (s == "swiglu") return Activation::kSwiGLU;
+  if (s == "gpt-oss" || s == "gpt_oss") return Activation::kGptOss;
+  fail_invalid("activation = '", s, "' is not one of: swiglu, gpt-oss");
+}
+
+WeightFormat parse_format(const std::string& s) {
+  if (s == "nvfp4") return WeightFormat::kNvfp4;
+  if (s == "mxfp4") return WeightFormat::kMxfp4;
+  fail_invalid("weight_format = '", s, "' is not one of: nvfp4, mxfp4");
+}
+
+Mode parse_mode_name(const std::string& s) {
+  Mode m;
+  check(parse_mode(s, &m));
+  return m;
+}
+
+// ---- Codec ---------------------------------------------------------------------------------------
+
+int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+// The [rows, cols] view of an array with cols = last dimension and rows = the product of the others.
+struct Rows {
+  int64_t rows = 1;
+  int64_t cols = 0;
+  std::vector<Dim> lead;  // the leading dimensions, to build the expected shapes of the other arrays
+};
+
+template <typename A>
+Rows rows_of(const char* name, const A& a, int block, const char* format) {
+  if (a.ndim() < 1) fail_invalid(name, " is a 0-d array; expected [rows, cols] (or [..., cols])");
+  Rows r;
+  for (size_t i = 0; i + 1 < a.ndim(); ++i) {
+    r.rows *= int64_t(a.shape(i));
+    r.lead.push_back({"", int64_t(a.shape(i))});
+  }
+  r.cols = int64_t(a.shape(a.ndim() - 1));
+  if (r.cols <= 0 || r.cols % block != 0)
+    fail_invalid(name, ": last dimension = ", r.cols, " must be a positive multiple of ", block, " (the ", format,
+                 " block size)");
+  return r;
+}
+
+std::vector<Dim> with_last(const std::vector<Dim>& lead, const char* name, int64_t last) {
+  std::vector<Dim> d = lead;
+  for (Dim& x : d) x.name = "dim";
+  d.push_back({name, last});
+  return d;
+}
+
+// Expected shape of an NVFP4 scale tensor: linear [..., cols/16]; swizzled [pad128(rows), pad4(cols/16)].
+std::vector<Dim> nvfp4_scale_dims(const Rows& r, ScaleLayout layout) {
+  const int64_t num_sf = r.cols / kNvfp4BlockSize;
+  if (layout == ScaleLayout::kLinear) return with_last(r.lead, "cols/16", num_sf);
+  return {{"round_up(rows, 128)", round_up(r.rows, 128)}, {"round_up(cols/16, 4)", round_up(num_sf, 4)}};
+}
+
+void quantize_nvfp4(InArray x, OutArray packed, OutArray scales, float global_scale, const std::string& convention,
+                    const std::string& recipe, const std::string& layout_name, uintptr_t stream) {
+  Nvfp4QuantizeParams params;
+  params.recipe = parse_recipe_name(recipe);
+  params.global_scale = {global_scale, parse_convention(convention)};
+  params.layout = parse_layout(layout_name);
+  const Rows r = rows_of("x", x, kNvfp4BlockSize, "NVFP4");
+  if (params.layout == ScaleLayout::kSwizzled128x4 && x.ndim() != 2)
+    fail_invalid("x has shape ", shape_str(x), "; the swizzled layout needs a 2-d [rows, cols] array");
+  params.rows = r.rows;
+  params.cols = r.cols;
+  const Place px = check_array("x", x, {kF32, kBF16}, with_last(r.lead, "cols", r.cols));
+  check_same_place("packed", check_array("packed", packed, {kU8}, with_last(r.lead, "cols/2", r.cols / 2)), "x", px);
+  check_same_place("scales", check_array("scales", scales, {kU8, kE4M3}, nvfp4_scale_dims(r, params.layout)), "x", px);
+  const InputType type = x.dtype() == kF32 ? InputType::kF32 : InputType::kBF16;
+  auto* q = static_cast<uint8_t*>(packed.data());
+  auto* s = static_cast<uint8_t*>(scales.data());
+  if (!px.cuda) {
+    nb::gil_scoped_release release;
+    check(quantize_nvfp4_cpu(params, x.data(), type, q, s));
+    return;
+  }
+#if FP4MOE_HAS_CUDA
+  DeviceGuard guard(px.device_id);
+  check(quantize_nvfp4_gpu(params, x.data(), type, q, s, as_stream(stream)));
+#else
+  fail_no_cuda("quantize_nvfp4");
+#endif
+}
+
+void dequantize_nvfp4(InArray packed, InArray scales, OutArray out, float global_scale, const std::string& convention,
+                      const std::string& layout_name, uintptr_t stream) {
+  const GlobalScale g{global_scale, parse_convention(convention)};
+  const ScaleLayout layout = parse_layout(layout_name);
+  const Rows r = rows_of("out", out, kNvfp4BlockSize, "NVFP4");
+  if (layout == ScaleLayout::kSwizzled128x4 && out.ndim() != 2)
+    fail_invalid("out has shape ", shape_str(out), "; the swizzled layout needs a 2-d [rows, cols] array");
+  const Place pp = check_array("packed", packed, {kU8}, with_last(r.lead, "cols/2", r.cols / 2));
+  check_same_place("scales", check_array("scales", scales, {kU8, kE4M3}, nvfp4_scale_dims(r, layout)), "packed", pp);
+  check_same_place("out", check_array("out", out, {kF32}, with_last(r.lead, "cols", r.cols)), "packed", pp);
+  const auto* q = static_cast<const uint8_t*>(packed.data());
+  const auto* s = static_cast<const uint8_t*>(scales.data());
+  auto* y = static_cast<float*>(out.data());
+  if (!pp.cuda) {
+    nb::gil_scoped_release release;
+    check(dequantize_nvfp4_cpu(r.rows, r.cols, q, s, layout, g, y));
+    return;
+  }
+#if FP4MOE_HAS_CUDA
+  DeviceGuard guard(pp.device_id);
+  check(dequantize_nvfp4_gpu(r.rows, r.cols, q, s, layout, g, y, as_stream(stream)));
+#else
+  fail_no_cuda("dequantize_nvfp4");
+#endif
+}
+
+void quantize_mxfp4(InArray x, OutArray packed, OutArray scales, uintptr_t stream) {
+  const Rows r = rows_of("x", x, kMxfp4BlockSize, "MXFP4");
+  const Place px = check_array("x", x, {kF32, kBF16}, with_last(r.lead, "cols", r.cols));
+  check_same_place("packed", check_array("packed", packed, {kU8}, with_last(r.lead, "cols/2", r.cols / 2)), "x", px);
+  check_same_place("scales", check_array("scales", scales, {kU8, kE8M0}, with_last(r.lead, "cols/32", r.cols / 32)),
+                   "x", px);
+  const InputType type = x.dtype() == kF32 ? InputType::kF32 : InputType::kBF16;
+  auto* q = static_cast<uint8_t*>(packed.data());
+  auto* s = static_cast<uint8_t*>(scales.data());
+  if (!px.cuda) {
+    nb::gil_scoped_release release;
+    check(quantize_mxfp4_cpu(r.rows, r.cols, x.data(), type, q, s));
+    return;
+  }
+#if FP4MOE_HAS_CUDA
+  DeviceGuard guard(px.device_id);
+  check(quantize_mxfp4_gpu(r.rows, r.cols, x.data(), type, q, s, as_stream(stream)));
+#else
+  fail_no_cuda("quantize_mxfp4");
+#endif
+}
+
+void dequantize_mxfp4(InArray packed, InArray scales, OutArray out, uintptr_t stream) {
+  const Rows r = rows_of("out", out, kMxfp4BlockSize, "MXFP4");
+  const Place pp = check_array("packed", packed, {kU8}, with_last(r.lead, "cols/2", r.cols / 2));
+  check_same_place("scales", check_array("scales", scales, {kU8, kE8M0}, with_last(r.lead, "cols/32", r.cols / 32)),
+                   "packed", pp);
+  check_same_place("out", check_array("out", out, {kF32}, with_last(r.lead, "cols", r.cols)), "packed", pp);
+  const auto* q = static_cast<const uint8_t*>(packed.data());
+  const auto* s = static_cast<const uint8_t*>(scales.data());
+  auto* y = static_cast<float*>(out.data());
+  if (!pp.cuda) {
+    nb::gil_scoped_release release;
+    check(dequantize_mxfp4_cpu(r.rows, r.cols, q, s, y));
+    return;
+  }
+#if FP4MOE_HAS_CUDA
+  DeviceGuard guard(pp.device_id);
+  check(dequantize_mxfp4_gpu(r.rows, r.cols, q, s, y, as_stream(stream)));
+#else
+  fail_no_cuda("dequantize_mxfp4");
+#endif
+}
+
+// linear [rows, num_scale_cols] <-> swizzled [round_up(rows, 128), round_up(num_scale_cols, 4)]
+void convert_scales(bool to_swizzled, InArray src, OutArray dst, uintptr_t stream) {
+  const char* linear_name = to_swizzled ? "linear" : "out";
+  const char* swizzled_name = to_swizzled ? "out" : "swizzled";
+  const size_t lin_ndim = to_swizzled ? src.ndim() : dst.ndim();
+  if (lin_ndim != 2)
+    fail_invalid(linear_name, " has shape ", to_swizzled ? shape_str(src) : shape_str(dst),
+                 "; expected [rows, num_scale_cols]");
+  const int64_t rows = int64_t(to_swizzled ? src.shape(0) : dst.shape(0));
+  const int64_t ncols = int64_t(to_swizzled ? src.shape(1) : dst.shape(1));
+  if (ncols <= 0) fail_invalid(linear_name, ": num_scale_cols = ", ncols, " must be > 0");
+  const std::vector<Dim> lin_dims{{"rows", rows}, {"num_scale_cols", ncols}};
+  const std::vector<Dim> swz_dims{{"round_up(rows, 128)", round_up(rows, 128)},
+                                  {"round_up(num_scale_cols, 4)", round_up(ncols, 4)}};
+  const char* src_name = to_swizzled ? linear_name : swizzled_name;
+  const char* dst_name = to_swizzled ? swizzled_name : linear_name;
+  const Place ps = check_array(src_name, src, {kU8, kE4M3}, to_swizzled ? lin_dims : swz_dims);
+  check_same_place(dst_name, check_array(dst_name, dst, {kU8, kE4M3}, to_swizzled ? swz_dims : lin_dims), src_name,
+                   ps);
+  const auto* a = static_cast<const uint8_t*>(src.data());
+  auto* b = static_cast<uint8_t*>(dst.data());
+  if (!ps.cuda) {
+    check(to_swizzled ? swizzle_scales_cpu(rows, ncols, a, b) : unswizzle_scales_cpu(rows, ncols, a, b));
+    return;
+  }
+#if FP4MOE_HAS_CUDA
+  DeviceGuard guard(ps.device_id);
+  check(to_swizzled ? swizzle_scales_gpu(rows, ncols, a, b, as_stream(stream))
+                    : unswizzle_scales_gpu(rows, ncols, a, b, as_stream(stream)));
+#else
+  fail_no_cuda(to_swizzled ? "swizzle_scales" : "unswizzle_scales");
+#endif
+}
+
+// ---- Routing -------------------------------------------------------------------------------------
+
+void route(const RoutingConfig& config, InArray logits, std::optional<InArray> correction_bias, OutArray topk_ids,
+           OutArray topk_weights, uintptr_t stream) {
+  check(validate(config));
+  if (logits.ndim() != 2)
+    fail_invalid("router_logits has shape ", shape_str(logits), "; expected [num_tokens, num_experts = ",
+                 config.num_experts, "]");
+  const int64_t T = int64_t(logits.shape(0));
+  const int E = config.num_experts, K = config.top_k;
+  const Place pl = check_array("router_logits", logits, {kF32, kBF16}, {{"num_tokens", T}, {"num_experts", E}});
+  check_same_place("topk_ids", check_array("topk_ids", topk_ids, {kI32}, {{"num_tokens", T}, {"top_k", K}}),
+                   "router_logits", pl);
+  check_same_place("topk_weights",
+                   check_array("topk_weights", topk_weights, {kF32}, {{"num_tokens", T}, {"top_k", K}}),
+                   "router_logits", pl);
+  RoutingArgs args;
+  if (correction_bias) {
+    if (config.method != RoutingMethod::kDeepSeekV3)
+      fail_invalid("correction_bias is only used by routing method deepseek_v3, not ", method_name(config.method));
+    check_same_place("correction_bias",
+                     check_array("correction_bias", *correction_bias, {kF32}, {{"num_experts", E}}),
+                     "router_logits", pl);
+    args.correction_bias = static_cast<const float*>(correction_bias->data());
+  } else if (config.method == RoutingMethod::kDeepSeekV3) {
+    fail_invalid("routing method deepseek_v3 needs correction_bias (e_score_correction_bias), got None");
+  }
+  args.logits = logits.data();
+  args.logits_type = logits.dtype() == kF32 ? LogitsType::kF32 : LogitsType::kBF16;
+  args.num_tokens = T;
+  args.topk_ids = static_cast<int32_t*>(topk_ids.data());
+  args.topk_weights = static_cast<float*>(topk_weights.data());
+  if (!pl.cuda) {
+    nb::gil_scoped_release release;
+    check(route_cpu(config, args));
+    return;
+  }
+#if FP4MOE_HAS_CUDA
+  DeviceGuard guard(pl.device_id);
+  check(route_gpu(config, args, as_stream(stream)));
+#else
+  fail_no_cuda("route");
+#endif
+}
+
+// ---- Host buffers --------------------------------------------------------------------------------
+
+// Host-side bytes of an array: its own memory when on the CPU, a synchronous copy when on a GPU
+// (weights are read once, at layer creation).
+struct HostBytes {
+  const void* data = nullptr;
+  std::vector<uint8_t> copy;
+};
+
+HostBytes host_bytes(const char* name, const InArray& a, const Place& place) {
+  HostBytes h;
+  if (!place.cuda) {
+    h.data = a.data();
+    return h;
+  }
+#if FP4MOE_HAS_CUDA
+  h.copy.resize(a.nbytes());
+  DeviceGuard guard(place.device_id);
+  FP4MOE_PY_CUDA(cudaMemcpy(h.copy.data(), a.data(), a.nbytes(), cudaMemcpyDeviceToHost));
+  h.data = h.copy.data();
+  return h;
+#else
+  fail_no_cuda(name);
+#endif
+}
+
+// A numpy array that owns a std::vector.
+template <typename T>
+nb::object numpy_from(std::vector<T>&& v, std::vector<size_t> shape) {
+  auto* owned = new std::vector<T>(std::move(v));
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
+  return nb::cast(nb::ndarray<nb::numpy, T>(owned->data(), shape.size(), shape.data(), owner));
+}
+
+// ---- Weights -------------------------------------------------------------------------------------
+
+struct ShardDims {
+  int num_local_experts = 0;
+  int64_t inter_local = 0;
+};
+
+ShardDims shard_dims(const MoeProblem& p, const ref::ShardSpec& shard) {
+  check(ref::validate_shard(p, shard));
+  return {ref::local_experts(p.num_experts(), shard.ep_rank, shard.ep_size).size(),
+          ref::tp_slice(p.intermediate_size, shard.tp_rank, shard.tp_size).size()};
+}
+
+// Checked host copies (or views) of the weight arrays, in the shard's shapes.
+struct WeightArrays {
+  std::vector<std::string> names;
+  std::vector<HostBytes> bytes;
+  MoeWeightsView view;
+};
+
+WeightArrays read_weights(const MoeProblem& p, const ShardDims& sd, nb::dict weights) {
+  const int64_t El = sd.num_local_experts, Il = sd.inter_local, H = p.hidden_size;
+  const int bs = p.block_size();
+  const bool mx = p.weight_format == WeightFormat::kMxfp4;
+  const dl::dtype scale_type = mx ? kE8M0 : kE4M3;
+  // When a weight is needed; a weight given where the problem has no use for it is an error (it
+  // would be silently ignored), except activation scales, which ModelOpt checkpoints always carry.
+  enum class Need { kAlways, kNvfp4, kBias, kW4A4, kDeepSeek };
+  enum class Kind { kCodes, kScales, kF32 };
+  struct Spec {
+    const char* name;
+    Kind kind;
+    Need need;
+    std::vector<Dim> dims;
+  };
+  const std::vector<Spec> specs = {
+      {"w13", Kind::kCodes, Need::kAlways, {{"experts", El}, {"2*intermediate", 2 * Il}, {"hidden/2", H / 2}}},
+      {"w13_scale", Kind::kScales, Need::kAlways, {{"experts", El}, {"2*intermediate", 2 * Il}, {"hidden/block", H / bs}}},
+      {"w13_scale_2", Kind::kF32, Need::kNvfp4, {{"experts", El}}},
+      {"w2", Kind::kCodes, Need::kAlways, {{"experts", El}, {"hidden", H}, {"intermediate/2", Il / 2}}},
+      {"w2_scale", Kind::kScales, Need::kAlways, {{"experts", El}, {"hidden", H}, {"intermediate/block", Il / bs}}},
+      {"w2_scale_2", Kind::kF32, Need::kNvfp4, {{"experts", El}}},
+      {"w13_bias", Kind::kF32, Need::kBias, {{"experts", El}, {"2*intermediate", 2 * Il}}},
+      {"w2_bias", Kind::kF32, Need::kBias, {{"experts", El}, {"hidden", H}}},
+      {"a13_scale_2", Kind::kF32, Need::kW4A4, {{"experts", El}}},
+      {"a2_scale_2", Kind::kF32, Need::kW4A4, {{"experts", El}}},
+      {"routing_bias", Kind::kF32, Need::kDeepSeek, {{"num_experts", p.num_experts()}}},
+  };
+  for (auto [key, value] : weights) {
+    const std::string k = nb::cast<std::string>(nb::str(key));
+    bool known = false;
+    for (const Spec& s : specs) known |= k == s.name;
+    if (!known) {
+      std::string all;
+      for (const Spec& s : specs) all += (all.empty() ? "" : ", ") + std::string(s.name);
+      fail_invalid("weights['", k, "'] is not a weight name; expected one of: ", all);
+    }
+  }
+  auto needed = [&](Need n) {
+    switch (n) {
+      case Need::kAlways: return true;
+      case Need::kNvfp4: return !mx;
+      case Need::kBias: return p.has_bias;
+      case Need::kW4A4: return p.mode == Mode::kW4A4;
+      case Need::kDeepSeek: return p.routing.method == RoutingMethod::kDeepSeekV3;
+    }
+    return false;
+  };
+  auto why_needed = [&](Need n) -> std::string {
+    switch (n) {
+      case Need::kAlways: return "every layer needs its expert weights and block scales";
+      case Need::kNvfp4: return "NVFP4 weights need their global scale (weight_scale_2, or 1/weight_global_scale)";
+      case Need::kBias: return "problem.has_bias is True";
+      case Need::kW4A4: return "mode w4a4 needs the activation global scales (input_scale, or 1/input_global_scale)";
+      case Need::kDeepSeek: return "routing method deepseek_v3 needs e_score_correction_bias";
+    }
+    return "";
+  };
+  auto why_unused = [&](Need n) -> std::string {
+    switch (n) {
+      case Need::kNvfp4: return "MXFP4 weights have no global scale";
+      case Need::kBias: return "problem.has_bias is False";
+      case Need::kDeepSeek:
+        return std::string("routing method ") + method_name(p.routing.method) +
+               " takes no correction bias (only deepseek_v3)";
+      default: return "";
+    }
+  };
+  WeightArrays out;
+  out.bytes.reserve(specs.size());
+  std::optional<Place> first_place;
+  const char* first_name = nullptr;
+  for (const Spec& s : specs) {
+    const bool given = weights.contains(s.name) && !weights[s.name].is_none();
+    if (!given) {
+      if (needed(s.need)) fail_invalid("weights['", s.name, "'] is missing: ", why_needed(s.need));
+      continue;
+    }
+    if (!needed(s.need) && s.need != Need::kW4A4)
+      fail_invalid("weights['", s.name, "'] is given but ", why_unused(s.need));
+    InArray a;
+    const std::string label = std::string("weights['") + s.name + "']";
+    try {
+      a = nb::cast<InArray>(weights[s.name]);
+    } catch (const nb::cast_error&) {
+      fail_invalid(label, " is a ", nb::type_name(weights[s.name].type()).c_str(),
+                   ", not an array (NumPy, or any DLPack tensor)");
+    }
+    const Place place = s.kind == Kind::kCodes    ? check_array(label.c_str(), a, {kU8}, s.dims)
+                        : s.kind == Kind::kScales ? check_array(label.c_str(), a, {kU8, scale_type}, s.dims)
+                                                  : check_array(label.c_str(), a, {kF32}, s.dims);
+    if (first_place && !(place == *first_place))
+      fail_invalid(label, " is on ", place.str(), " but ", first_name, " is on ", first_place->str());
+    if (!first_place) {
+      first_place = place;
+      first_name = s.name;
+    }
+    out.names.push_back(s.name);
+    out.bytes.push_back(host_bytes(label.c_str(), a, place));
+    const void* d = out.bytes.back().data;
+    const std::string n = s.name;
+    if (n == "w13") out.view.w13 = static_cast<const uint8_t*>(d);
+    else if (n == "w13_scale") out.view.w13_scale = static_cast<const uint8_t*>(d);
+    else if (n == "w13_scale_2") out.view.w13_scale_2 = static_cast<const float*>(d);
+    else if (n == "w2") out.view.w2 = static_cast<const uint8_t*>(d);
+    else if (n == "w2_scale") out.view.w2_scale = static_cast<const uint8_t*>(d);
+    else if (n == "w2_scale_2") out.view.w2_scale_2 = static_cast<const float*>(d);
+    else if (n == "w13_bias") out.view.w13_bias = static_cast<const float*>(d);
+    else if (n == "w2_bias") out.view.w2_bias = static_cast<const float*>(d);
+    else if (n == "a13_scale_2") out.view.a13_scale_2 = static_cast<const float*>(d);
+    else if (n == "a2_scale_2") out.view.a2_scale_2 = static_cast<const float*>(d);
+    else if (n == "routing_bias") out.view.routing_bias = static_cast<const float*>(d);
+  }
+  return out;
+}
+
+// Owned host copy of a checked weight view (the CPU layer keeps its weights).
+HostMoeWeights copy_weights(const MoeProblem& p, const ShardDims& sd, const MoeWeightsView& v) {
+  const int64_t El = sd.num_local_experts, Il = sd.inter_local, H = p.hidden_size;
+  const int bs = p.block_size();
+  HostMoeWeights w;
+  w.num_experts = int(El);
+  w.intermediate = Il;
+  auto take = [](auto* dst, const auto* src, int64_t n) {
+    if (src) dst->assign(src, src + n);
+  };
+  take(&w.w13, v.w13, El * 2 * Il * H / 2);
+  take(&w.w13_scale, v.w13_scale, El * 2 * Il * H / bs);
+  take(&w.w13_scale_2, v.w13_scale_2, El);
+  take(&w.w2, v.w2, El * H * Il / 2);
+  take(&w.w2_scale, v.w2_scale, El * H * Il / bs);
+  take(&w.w2_scale_2, v.w2_scale_2, El);
+  take(&w.w13_bias, v.w13_bias, El * 2 * Il);
+  take(&w.w2_bias, v.w2_bias, El * H);
+  take(&w.a13_scale_2, v.a13_scale_2, El);
+  take(&w.a2_scale_2, v.a2_scale_2, El);
+  take(&w.routing_bias, v.routing_bias, p.num_experts());
+  return w;
+}
+
+nb::dict weights_to_numpy(const MoeProblem& p, HostMoeWeights&& w) {
+  const size_t El = size_t(w.num_experts), Il = size_t(w.intermediate), H = size_t(p.hidden_size);
+  const size_t bs = size_t(p.block_size());
+  nb::dict d;
+  d["w13"] = numpy_from(std::move(w.w13), {El, 2 * Il, H / 2});
+  d["w13_scale"] = numpy_from(std::move(w.w13_scale), {El, 2 * Il, H / bs});
+  d["w2"] = numpy_from(std::move(w.w2), {El, H, Il / 2});
+  d["w2_scale"] = numpy_from(std::move(w.w2_scale), {El, H, Il / bs});
+  if (!w.w13_scale_2.empty()) d["w13_scale_2"] = numpy_from(std::move(w.w13_scale_2), {El});
+  if (!w.w2_scale_2.empty()) d["w2_scale_2"] = numpy_from(std::move(w.w2_scale_2), {El});
+  if (!w.w13_bias.empty()) d["w13_bias"] = numpy_from(std::move(w.w13_bias), {El, 2 * Il});
+  if (!w.w2_bias.empty()) d["w2_bias"] = numpy_from(std::move(w.w2_bias), {El, H});
+  if (!w.a13_scale_2.empty()) d["a13_scale_2"] = numpy_from(std::move(w.a13_scale_2), {El});
+  if (!w.a2_scale_2.empty()) d["a2_scale_2"] = numpy_from(std::move(w.a2_scale_2), {El});
+  if (!w.routing_bias.empty())
+    d["routing_bias"] = numpy_from(std::move(w.routing_bias), {size_t(p.num_experts())});
+  return d;
+}
+
+// make_random_weights, sharded like a layer with these options would hold them.
+nb::dict random_weights(const MoeProblem& p, uint64_t seed, int ep_rank, int ep_size, int tp_rank, int tp_size) {
+  check(validate(p));
+  const ref::ShardSpec shard{ep_rank, ep_size, tp_rank, tp_size};
+  shard_dims(p, shard);
+  HostMoeWeights full = make_random_weights(p, seed);
+  if (ep_size == 1 && tp_size == 1) return weights_to_numpy(p, std::move(full));
+  HostMoeWeights part;
+  check(ref::shard_weights(p, full, shard, &part));
+  return weights_to_numpy(p, std::move(part));
+}
+
+// ---- Layer ---------------------------------------------------------------------------------------
+
+// One MoE layer on the CPU (the fp64 reference over owned host weights) or on one GPU (MoeLayer and
+// its workspace, allocated once here).
+class Layer {
+ public:
+  static std::unique_ptr<Layer> from_weights(const MoeProblem& problem, nb::dict weights, const std::string& device,
+                                             int device_id, int ep_rank, int ep_size, int tp_rank, int tp_size,
+                                             const std::string& path) {
+    auto layer = prepare(problem, device, device_id, ep_rank, ep_size, tp_rank, tp_size, path);
+    const WeightArrays arrays = read_weights(problem, layer->dims_, weights);
+    if (!layer->place_.cuda) {
+      layer->host_ = copy_weights(problem, layer->dims_, arrays.view);
+      return layer;
+    }
+#if FP4MOE_HAS_CUDA
+    layer->create_gpu([&](const LayerOptions& o, std::unique_ptr<MoeLayer>* out) {
+      return MoeLayer::create(problem, arrays.view, o, out);
+    });
+#endif
+    return layer;
+  }
+
+  static std::unique_ptr<Layer> dummy(const MoeProblem& problem, uint64_t seed, const std::string& device,
+                                      int device_id, int ep_rank, int ep_size, int tp_rank, int tp_size,
+                                      const std::string& path) {
+    auto layer = prepare(problem, device, device_id, ep_rank, ep_size, tp_rank, tp_size, path);
+    if (!layer->place_.cuda) {
+      nb::gil_scoped_release release;
+      HostMoeWeights full = make_random_weights(problem, seed);
+      if (ep_size == 1 && tp_size == 1) {
+        layer->host_ = std::move(full);
+      } else {
+        check(ref::shard_weights(problem, full, layer->shard_, &layer->host_));
+      }
+      return layer;
+    }
+#if FP4MOE_HAS_CUDA
+    layer->create_gpu([&](const LayerOptions& o, std::unique_ptr<MoeLayer>* out) {
+      return MoeLayer::create_dummy(problem, seed, o, out);
+    });
+#endif
+    return layer;
+  }
+
+  ~Layer() {
+#if FP4MOE_HAS_CUDA
+    if (workspace_) {
+      int previous = 0;
+      if (cudaGetDevice(&previous) == cudaSuccess) {
+        cudaSetDevice(place_.device_id);
+        cudaFree(workspace_);
+        cudaSetDevice(previous);
+      }
+    }
+#endif
+  }
+
+  // hidden [T, H]; either router_logits [T, E] or topk_ids / topk_weights [T, k]; out [T, H].
+  void forward(InArray hidden, std::optional<InArray> logits, std::optional<InArray> topk_ids,
+               std::optional<InArray> topk_weights, OutArray out, uintptr_t stream) const {
+    const MoeProblem& p = problem_;
+    const int64_t H = p.hidden_size;
+    const int E = p.num_experts(), K = p.top_k();
+    if (hidden.ndim() != 2)
+      fail_invalid("hidden_states has shape ", shape_str(hidden), "; expected [num_tokens, hidden_size = ", H, "]");
+    const int64_t T = int64_t(hidden.shape(0));
+    const Place ph = place_of("hidden_states", hidden);
+    if (!(ph == place_)) {
+      if (place_.cuda)
+        fail_invalid("hidden_states is on ", ph.str(), " but this MoE lives on ", place_.str(),
+                     "; move the inputs there, or create the MoE with device='cpu' to run the CPU reference");
+      fail_invalid("hidden_states is on ", ph.str(), " but this MoE lives on cpu (the CPU reference); "
+                   "create it with device='cuda' to run on the GPU");
+    }
+    // The GPU layer reads bf16; the CPU reference also takes float32 (rounded to bf16 first) and
+    // writes its fp32 sum.
+    const dl::dtype act = place_.cuda ? kBF16 : kF32;
+    if (place_.cuda) check_array("hidden_states", hidden, {kBF16}, {{"num_tokens", T}, {"hidden_size", H}});
+    else check_array("hidden_states", hidden, {kF32, kBF16}, {{"num_tokens", T}, {"hidden_size", H}});
+    check_same_place("out", check_array("out", out, {act}, {{"num_tokens", T}, {"hidden_size", H}}),
+                     "hidden_states", ph);
+    if (logits && (topk_ids || topk_weights))
+      fail_invalid("give router_logits or (topk_ids and topk_weights), not both");
+    if (!logits && !(topk_ids && topk_weights))
+      fail_invalid(topk_ids   ? "topk_ids given without topk_weights"
+                   : topk_weights ? "topk_weights given without topk_ids"
+                                  : "give router_logits or (topk_ids and topk_weights); got neither");
+    if (logits)
+      check_same_place("router_logits",
+                       check_array("router_logits", *logits, {kF32, kBF16}, {{"num_tokens", T}, {"num_experts", E}}),
+                       "hidden_states", ph);
+    if (topk_ids) {
+      check_same_place("topk_ids", check_array("topk_ids", *topk_ids, {kI32}, {{"num_tokens", T}, {"top_k", K}}),
+                       "hidden_states", ph);
+      check_same_place("topk_weights",
+                       check_array("topk_weights", *topk_weights, {kF32}, {{"num_tokens", T}, {"top_k", K}}),
+                       "hidden_states", ph);
+    }
+    const LogitsType logits_type = logits && logits->dtype() == kBF16 ? LogitsType::kBF16 : LogitsType::kF32;
+    if (!place_.cuda) {
+      forward_cpu(hidden, logits ? logits->data() : nullptr, logits_type,
+                  topk_ids ? static_cast<const int32_t*>(topk_ids->data()) : nullptr,
+                  topk_weights ? static_cast<const float*>(topk_weights->data()) : nullptr, T,
+                  static_cast<float*>(out.data()));
+      return;
+    }
+#if FP4MOE_HAS_CUDA
+    ForwardArgs a;
+    a.hidden = static_cast<const uint16_t*>(hidden.data());
+    a.router_logits = logits ? logits->data() : nullptr;
+    a.logits_type = logits_type;
+    a.topk_ids = topk_ids ? static_cast<const int32_t*>(topk_ids->data()) : nullptr;
+    a.topk_weights = topk_weights ? static_cast<const float*>(topk_weights->data()) : nullptr;
+    a.num_tokens = T;
+    a.out = static_cast<uint16_t*>(out.data());
+    DeviceGuard guard(place_.device_id);
+    check(gpu_->forward(a, workspace_, workspace_bytes_, as_stream(stream)));
+#endif
+  }
+
+  nb::dict kernel_info(int64_t num_tokens) const {
+    nb::dict d;
+    if (!place_.cuda) {
+      d["path"] = "reference";
+      d["gemm1"] = "ref::moe_forward_routed (fp64 dot products over exactly dequantized weights, CPU threads)";
+      d["gemm2"] = "ref::moe_forward_routed";
+      d["regime"] = "cpu: the C++ reference of reference/moe_reference.h";
+      return d;
+    }
+#if FP4MOE_HAS_CUDA
+    const KernelInfo k = gpu_->kernel_info(num_tokens);
+    d["path"] = to_string(k.path);
+    d["gemm1"] = k.gemm1;
+    d["gemm2"] = k.gemm2;
+    d["regime"] = k.regime;
+#endif
+    return d;
+  }
+
+  void check_device_errors(uintptr_t stream) const {
+    if (!place_.cuda) return;  // the CPU reference rejects bad ids before computing
+#if FP4MOE_HAS_CUDA
+    DeviceGuard guard(place_.device_id);
+    check(gpu_->check_device_errors(workspace_, as_stream(stream)));
+#endif
+  }
+
+  const MoeProblem& problem() const { return problem_; }
+  std::string device() const { return place_.str(); }
+  size_t workspace_bytes() const { return workspace_bytes_; }
+  size_t weight_bytes() const {
+#if FP4MOE_HAS_CUDA
+    if (gpu_) return gpu_->weight_bytes();
+#endif
+    return host_.w13.size() + host_.w13_scale.size() + host_.w2.size() + host_.w2_scale.size();
+  }
+  int num_local_experts() const { return dims_.num_local_experts; }
+  int64_t local_intermediate_size() const { return dims_.inter_local; }
+  nb::dict parallel() const {
+    nb::dict d;
+    d["ep_rank"] = shard_.ep_rank;
+    d["ep_size"] = shard_.ep_size;
+    d["tp_rank"] = shard_.tp_rank;
+    d["tp_size"] = shard_.tp_size;
+    return d;
+  }
+
+ private:
+  static std::unique_ptr<Layer> prepare(const MoeProblem& problem, const std::string& device, int device_id,
+                                        int ep_rank, int ep_size, int tp_rank, int tp_size, const std::string& path) {
+    check(validate(problem));
+    auto layer = std::unique_ptr<Layer>(new Layer());
+    layer->problem_ = problem;
+    layer->shard_ = {ep_rank, ep_size, tp_rank, tp_size};
+    layer->dims_ = shard_dims(problem, layer->shard_);
+    if (device == "cpu") {
+      if (path != "auto" && path != "reference")
+        fail_invalid("path = '", path, "' is a GPU kernel path; a CPU MoE runs the reference (path 'auto' or "
+                     "'reference')");
+      return layer;
+    }
+    if (device != "cuda") fail_invalid("device = '", device, "' is not one of: cpu, cuda");
+#if FP4MOE_HAS_CUDA
+    check(parse_kernel_path(path, &layer->path_));
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0)
+      fail_unsupported("device = 'cuda' but no CUDA device is visible; use device='cpu' for the CPU reference");
+    if (device_id < 0) FP4MOE_PY_CUDA(cudaGetDevice(&device_id));
+    if (device_id >= count)
+      fail_invalid("device_id = ", device_id, " is not a visible CUDA device (", count, " visible)");
+    layer->place_ = {true, device_id};
+    return layer;
+#else
+    fail_no_cuda("MoE(device='cuda')");
+#endif
+  }
+
+#if FP4MOE_HAS_CUDA
+  template <typename Create>
+  void create_gpu(Create&& create) {
+    DeviceGuard guard(place_.device_id);
+    LayerOptions o;
+    o.path = path_;
+    o.ep_rank = shard_.ep_rank;
+    o.ep_size = shard_.ep_size;
+    o.tp_rank = shard_.tp_rank;
+    o.tp_size = shard_.tp_size;
+    {
+      nb::gil_scoped_release release;
+      check(create(o, &gpu_));
+    }
+    workspace_bytes_ = gpu_->workspace_bytes();
+    FP4MOE_PY_CUDA(cudaMalloc(&workspace_, workspace_bytes_));
+  }
+#endif
+
+  void forward_cpu(const InArray& hidden, const void* logits, LogitsType logits_type, const int32_t* ids,
+                   const float* weights, int64_t T, float* out) const {
+    const int64_t H = problem_.hidden_size;
+    // The layer's input is bf16: float32 hidden states are rounded to it (RNE) first.
+    std::vector<uint16_t> rounded;
+    const uint16_t* x = static_cast<const uint16_t*>(hidden.data());
+    const bool is_f32 = hidden.dtype() == kF32;
+    nb::gil_scoped_release release;
+    if (is_f32) {
+      const auto* f = static_cast<const float*>(hidden.data());
+      rounded.resize(size_t(T * H));
+      for (int64_t i = 0; i < T * H; ++i) rounded[i] = float_to_bf16(f[i]);
+      x = rounded.data();
+    }
+    const MoeWeightsView view = host_.view();
+    if (logits) {
+      check(ref::moe_forward(problem_, view, shard_, x, logits, logits_type, T, out));
+    } else {
+      check(ref::moe_forward_routed(problem_, view, shard_, x, ids, weights, T, out));
+    }
+  }
+
+  Layer() = default;
+
+  MoeProblem problem_;
+  ref::ShardSpec shard_;
+  ShardDims dims_;
+  Place place_;
+  HostMoeWeights host_;  // CPU layer only
+  size_t workspace_bytes_ = 0;
+#if FP4MOE_HAS_CUDA
+  KernelPath path_ = KernelPath::kAuto;
+  std::unique_ptr<MoeLayer> gpu_;
+  void* workspace_ = nullptr;
+#endif
+};
+
+// ---- Device buffers for frameworks without an allocator here ---------------------------------------
+
+// An uninitialized CUDA array owned by the returned object (freed with it): outputs for device
+// arrays that are not PyTorch tensors (the Python layer allocates those with torch). cudaMalloc is
+// not stream-ordered and not capturable: inside a CUDA graph pass `out=` instead.
+nb::object device_empty(std::vector<size_t> shape, const std::string& dtype, int device_id) {
+#if FP4MOE_HAS_CUDA
+  dl::dtype t;
+  if (dtype == "uint8") t = kU8;
+  else if (dtype == "float32") t = kF32;
+  else if (dtype == "bfloat16") t = kBF16;
+  else if (dtype == "int32") t = kI32;
+  else fail_invalid("dtype = '", dtype, "' is not one of: uint8, float32, bfloat16, int32");
+  size_t n = 1;
+  for (size_t s : shape) n *= s;
+  const size_t bytes = std::max<size_t>(1, n * t.bits / 8);
+  void* ptr = nullptr;
+  {
+    DeviceGuard guard(device_id);
+    FP4MOE_PY_CUDA(cudaMalloc(&ptr, bytes));
+  }
+  struct Owner {
+    void* ptr;
+    int device;
+  };
+  auto* owner = new Owner{ptr, device_id};
+  nb::capsule cap(owner, [](void* p) noexcept {
+    auto* o = static_cast<Owner*>(p);
+    int previous = 0;
+    if (cudaGetDevice(&previous) == cudaSuccess) {
+      cudaSetDevice(o->device);
+      cudaFree(o->ptr);
+      cudaSetDevice(previous);
+    }
+    delete o;
+  });
+  return nb::cast(nb::ndarray<>(ptr, shape.size(), shape.data(), cap, nullptr, t, nb::device::cuda::value, device_id));
+#else
+  fail_no_cuda("device_empty");
+#endif
+}
+
+int cuda_device_count() {
+#if FP4MOE_HAS_CUDA
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) return 0;
+  return count;
+#else
+  return 0;
+#endif
+}
+
+// ---- Problem fields ------------------------------------------------------------------------------
+
+// One table drives the Problem properties, its keyword constructor and its dict view.
+struct Field {
+  const char* name;
+  std::function<nb::object(const MoeProblem&)> get;
+  std::function<void(MoeProblem&, nb::handle)> set;  // null: read-only
+};
+
+template <typename T>
+T cast_field(const char* name, nb::handle v) {
+  try {
+    return nb::cast<T>(v);
+  } catch (const nb::cast_error&) {
+    fail_invalid(name, " = ", nb::cast<std::string>(nb::repr(v)), " has the wrong type");
+  }
+}
+
+const std::vector<Field>& problem_fields() {
+  static const std::vector<Field> fields = [] {
+    std::vector<Field> f;
+#define FP4MOE_FIELD(NAME, TYPE, EXPR)                                                      \
+  f.push_back({#NAME, [](const MoeProblem& p) { return nb::cast(TYPE(p.EXPR)); },           \
+               [](MoeProblem& p, nb::handle v) { p.EXPR = cast_field<TYPE>(#NAME, v); }})
+    FP4MOE_FIELD(name, std::string, name);
+    FP4MOE_FIELD(hidden_size, int64_t, hidden_size);
+    FP4MOE_FIELD(intermediate_size, int64_t, intermediate_size);
+    FP4MOE_FIELD(num_experts, int, routing.num_experts);
+    FP4MOE_FIELD(top_k, int, routing.top_k);
+    f.push_back({"routing_method", [](const MoeProblem& p) { return nb::cast(method_name(p.routing.method)); },
+                 [](MoeProblem& p, nb::handle v) {
+                   p.routing.method = parse_method(cast_field<std::string>("routing_method", v));
+                 }});
+    FP4MOE_FIELD(renormalize, bool, routing.renormalize);
+    FP4MOE_FIELD(num_groups, int, routing.num_groups);
+    FP4MOE_FIELD(topk_groups, int, routing.topk_groups);
+    FP4MOE_FIELD(routed_scaling_factor, float, routing.routed_scaling_factor);
+    f.push_back({"activation", [](const MoeProblem& p) { return nb::cast(to_string(p.activation)); },
+                 [](MoeProblem& p, nb::handle v) { p.activation = parse_activation(cast_field<std::string>("activation", v)); }});
+    FP4MOE_FIELD(has_bias, bool, has_bias);
+    f.push_back({"weight_format", [](const MoeProblem& p) { return nb::cast(to_string(p.weight_format)); },
+                 [](MoeProblem& p, nb::handle v) {
+                   p.weight_format = parse_format(cast_field<std::string>("weight_format", v));
+                 }});
+    f.push_back({"mode", [](const MoeProblem& p) { return nb::cast(to_string(p.mode)); },
+                 [](MoeProblem& p, nb::handle v) { p.mode = parse_mode_name(cast_field<std::string>("mode", v)); }});
+    FP4MOE_FIELD(max_tokens, int64_t, max_tokens);
+    FP4MOE_FIELD(num_shared_experts, int, num_shared_experts);
+    FP4MOE_FIELD(num_moe_layers, int, num_moe_layers);
+#undef FP4MOE_FIELD
+    return f;
+  }();
+  return fields;
+}
+
+const Field& find_field(const std::string& key) {
+  for (const Field& f : problem_fields())
+    if (key == f.name) return f;
+  std::string all;
+  for (const Field& f : problem_fields()) all += (all.empty() ? "" : ", ") + std::string(f.name);
+  throw nb::key_error(detail::concat("Problem has no field '", key, "'; fields: ", all).c_str());
+}
+
+nb::dict problem_dict(const MoeProblem& p) {
+  nb::dict d;
+  for (const Field& f : problem_fields()) d[f.name] = f.get(p);
+  return d;
+}
+
+void set_problem_fields(MoeProblem& p, nb::kwargs kwargs) {
+  for (auto [k, v] : kwargs) {
+    const std::string key = nb::cast<std::string>(k);
+    bool found = false;
+    for (const Field& f : problem_fields())
+      if (key == f.name) {
+        f.set(p, v);
+        found = true;
+      }
+    if (!found) {
+      std::string all;
+      for (const Field& f : problem_fields()) all += (all.empty() ? "" : ", ") + std::string(f.name);
+      fail_invalid("Problem has no field '", key, "'; fields: ", all);
+    }
+  }
+}
+
+std::string problem_repr(const MoeProblem& p) {
+  std::ostringstream os;
+  os << "Problem(";
+  bool first = true;
+  for (const Field& f : problem_fields()) {
+    os << (first ? "" : ", ") << f.name << "=" << nb::cast<std::string>(nb::repr(f.get(p)));
+    first = false;
+  }
+  os << ")";
+  return os.str();
+}
+
+std::string routing_repr(const RoutingConfig& c) {
+  return detail::concat("RoutingConfig(method='", method_name(c.method), "', num_experts=", c.num_experts,
+                        ", top_k=", c.top_k, ", renormalize=", c.renormalize ? "True" : "False",
+                        ", num_groups=", c.num_groups, ", topk_groups=", c.topk_groups,
+                        ", routed_scaling_factor=", c.routed_scaling_factor, ")");
+}
+
+}  // namespace
+}  // namespace fp4moe::py
+
+NB_MODULE(_ext, m) {
+  using namespace fp4moe;
+  using namespace fp4moe::py;
+  m.doc() = "fp4moe C++ binding (use the fp4moe package, not this module directly)";
+  // NOTE: torch.compile caches and other interpreter-lifetime holders may still own layers when the
+  // interpreter exits; nanobind would report those as leaks on every such run.
+  nb::set_leak_warnings(false);
+
+  // ---- Exceptions ----
+  g_error = PyErr_NewExceptionWithDoc("fp4moe.Fp4moeError",
+                                      "An fp4moe call failed; the message is the C++ Status message and `code` "
+                                      "its status code name.",
+                                      PyExc_RuntimeError, nullptr);
+  PyObject* invalid_bases = PyTuple_Pack(2, g_error, PyExc_ValueError);
+  g_invalid_argument = PyErr_NewExceptionWithDoc(
+      "fp4moe.InvalidArgumentError", "A caller-supplied value is wrong (shape, dtype, device, range).",
+      invalid_bases, nullptr);
+  Py_DECREF(invalid_bases);
+  PyObject* unsupported_bases = PyTuple_Pack(2, g_error, PyExc_NotImplementedError);
+  g_unsupported = PyErr_NewExceptionWithDoc("fp4moe.UnsupportedError",
+                                            "A valid request this build or device cannot serve.",
+                                            unsupported_bases, nullptr);
+  Py_DECREF(unsupported_bases);
+  g_cuda_error = PyErr_NewExceptionWithDoc("fp4moe.CudaError", "A CUDA runtime call failed.", g_error, nullptr);
+  m.attr("Fp4moeError") = nb::handle(g_error);
+  m.attr("InvalidArgumentError") = nb::handle(g_invalid_argument);
+  m.attr("UnsupportedError") = nb::handle(g_unsupported);
+  m.attr("CudaError") = nb::handle(g_cuda_error);
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const StatusError& e) {
+      raise_status(e.status);
+    }
+  });
+
+  m.attr("has_cuda") = bool(FP4MOE_HAS_CUDA);
+  m.attr("block_size_nvfp4") = kNvfp4BlockSize;
+  m.attr("block_size_mxfp4") = kMxfp4BlockSize;
+  m.def("cuda_device_count", &cuda_device_count);
+  m.def("device_empty", &device_empty, "shape"_a, "dtype"_a, "device_id"_a);
+
+  // ---- Formats ----
+  m.def("quantize_nvfp4", &quantize_nvfp4, "x"_a, "packed"_a, "scales"_a, "global_scale"_a, "convention"_a,
+        "recipe"_a, "layout"_a, "stream"_a);
+  m.def("dequantize_nvfp4", &dequantize_nvfp4, "packed"_a, "scales"_a, "out"_a, "global_scale"_a, "convention"_a,
+        "layout"_a, "stream"_a);
+  m.def("quantize_mxfp4", &quantize_mxfp4, "x"_a, "packed"_a, "scales"_a, "stream"_a);
+  m.def("dequantize_mxfp4", &dequantize_mxfp4, "packed"_a, "scales"_a, "out"_a, "stream"_a);
+  m.def(
+      "swizzle_scales", [](InArray linear, OutArray out, uintptr_t stream) { convert_scales(true, linear, out, stream); },
+      "linear"_a, "out"_a, "stream"_a);
+  m.def(
+      "unswizzle_scales",
+      [](InArray swizzled, OutArray out, uintptr_t stream) { convert_scales(false, swizzled, out, stream); },
+      "swizzled"_a, "out"_a, "stream"_a);
+  m.def(
+      "global_scale_from_amax",
+      [](float amax, const std::string& convention) {
+        if (!(amax >= 0.0f) || !std::isfinite(amax)) fail_invalid("amax = ", amax, " must be finite and >= 0");
+        return GlobalScale::from_amax(amax, parse_convention(convention)).value;
+      },
+      "amax"_a, "convention"_a);
+  m.def(
+      "swizzled_scale_offset",
+      [](int64_t row, int64_t col, int64_t num_scale_cols) { return swizzled_scale_offset(row, col, num_scale_cols); },
+      "row"_a, "col"_a, "num_scale_cols"_a);
+
+  // ---- Routing ----
+  nb::class_<RoutingConfig>(m, "RoutingConfig")
+      .def(
+          "__init__",
+          [](RoutingConfig* c, const std::string& method, int num_experts, int top_k, bool renormalize, int num_groups,
+             int topk_groups, float routed_scaling_factor) {
+            new (c) RoutingConfig();
+            c->method = parse_method(method);
+            c->num_experts = num_experts;
+            c->top_k = top_k;
+            c->renormalize = renormalize;
+            c->num_groups = num_groups;
+            c->topk_groups = topk_groups;
+            c->routed_scaling_factor = routed_scaling_factor;
+          },
+          "method"_a = "softmax_topk", "num_experts"_a = 0, "top_k"_a = 1, "renormalize"_a = false,
+          "num_groups"_a = 1, "topk_groups"_a = 1, "routed_scaling_factor"_a = 1.0f)
+      .def_prop_rw(
+          "method", [](const RoutingConfig& c) { return std::string(method_name(c.method)); },
+          [](RoutingConfig& c, const std::string& s) { c.method = parse_method(s); })
+      .def_rw("num_experts", &RoutingConfig::num_experts)
+      .def_rw("top_k", &RoutingConfig::top_k)
+      .def_rw("renormalize", &RoutingConfig::renormalize)
+      .def_rw("num_groups", &RoutingConfig::num_groups)
+      .def_rw("topk_groups", &RoutingConfig::topk_groups)
+      .def_rw("routed_scaling_factor", &RoutingConfig::routed_scaling_factor)
+      .def("validate", [](const RoutingConfig& c) { check(validate(c)); })
+      .def("__repr__", &routing_repr);
+  m.def("route", &route, "config"_a, "router_logits"_a, "correction_bias"_a.none(), "topk_ids"_a, "topk_weights"_a,
+        "stream"_a);
+
+  // ---- Problem ----
+  auto problem = nb::class_<MoeProblem>(m, "Problem");
+  problem
+      .def("__init__",
+           [](MoeProblem* p, nb::kwargs kwargs) {
+             MoeProblem q;
+             q.name = "custom";
+             set_problem_fields(q, kwargs);
+             new (p) MoeProblem(std::move(q));
+           })
+      .def_rw("routing", &MoeProblem::routing)
+      .def("validate", [](const MoeProblem& p) { check(validate(p)); })
+      .def("scaled", [](const MoeProblem& p, int factor) {
+             if (factor < 1) fail_invalid("factor = ", factor, " must be >= 1");
+             return scaled_preset(p, factor);
+           }, "factor"_a)
+      .def("copy", [](const MoeProblem& p) { return p; })
+      .def("replace",
+           [](const MoeProblem& p, nb::kwargs kwargs) {
+             MoeProblem q = p;
+             set_problem_fields(q, kwargs);
+             return q;
+           })
+      .def_prop_ro("block_size", &MoeProblem::block_size)
+      .def_prop_ro("apply_router_weight_on_input", &MoeProblem::apply_router_weight_on_input)
+      .def_prop_ro("expert_weight_bytes", &MoeProblem::expert_weight_bytes)
+      .def_prop_ro("flops_per_pair", &MoeProblem::flops_per_pair)
+      .def("to_dict", &problem_dict)
+      .def("keys", [](const MoeProblem&) {
+             std::vector<std::string> k;
+             for (const Field& f : problem_fields()) k.push_back(f.name);
+             return k;
+           })
+      .def("__getitem__", [](const MoeProblem& p, const std::string& key) { return find_field(key).get(p); })
+      .def("__setitem__", [](MoeProblem& p, const std::string& key, nb::handle v) { find_field(key).set(p, v); })
+      .def("__eq__", [](const MoeProblem& a, const MoeProblem& b) {
+             return problem_dict(a).equal(problem_dict(b));
+           })
+      .def("__repr__", &problem_repr);
+  for (const Field& f : problem_fields()) {
+    const Field* fp = &f;
+    problem.def_prop_rw(
+        f.name, [fp](const MoeProblem& p) { return fp->get(p); },
+        [fp](MoeProblem& p, nb::handle v) { fp->set(p, v); });
+  }
+  m.def("preset_names", &preset_names);
+  m.def(
+      "preset",
+      [](const std::string& name) {
+        MoeProblem p;
+        check(get_preset(name, &p));
+        return p;
+      },
+      "name"_a);
+  m.def("random_weights", &random_weights, "problem"_a, "seed"_a, "ep_rank"_a = 0, "ep_size"_a = 1,
+        "tp_rank"_a = 0, "tp_size"_a = 1);
+
+  // ---- Layer ----
+  nb::class_<Layer>(m, "Layer")
+      .def_static("from_weights", &Layer::from_weights, "problem"_a, "weights"_a, "device"_a, "device_id"_a,
+                  "ep_rank"_a, "ep_size"_a, "tp_rank"_a, "tp_size"_a, "path"_a)
+      .def_static("dummy", &Layer::dummy, "problem"_a, "seed"_a, "device"_a, "device_id"_a, "ep_rank"_a,
+                  "ep_size"_a, "tp_rank"_a, "tp_size"_a, "path"_a)
+      .def("forward", &Layer::forward, "hidden_states"_a, "router_logits"_a.none(), "topk_ids"_a.none(),
+           "topk_weights"_a.none(), "out"_a, "stream"_a)
+      .def("kernel_info", &Layer::kernel_info, "num_tokens"_a)
+      .def("check_device_errors", &Layer::check_device_errors, "stream"_a)
+      .def_prop_ro("problem", [](const Layer& l) { return l.problem(); })
+      .def_prop_ro("device", &Layer::device)
+      .def_prop_ro("workspace_bytes", &Layer::workspace_bytes)
+      .def_prop_ro("weight_bytes", &Layer::weight_bytes)
+      .def_prop_ro("num_local_experts", &Layer::num_local_experts)
+      .def_prop_ro("local_intermediate_size", &Layer::local_intermediate_size)
+      .def_prop_ro("parallel", &Layer::parallel);
+}
