@@ -27,14 +27,14 @@ struct ConfigInput {
 };
 
 // Average routed rows per local expert decides the token tile:
-//   decode   <= 16 rows per expert -> BN 16  (bandwidth: weights streamed once, 3 CTAs/SM)
-//   small    <= 64                 -> BN 64  (4 consumer warpgroups: decode throughput)
-//   medium   <= 128                -> BN 128 (1 CTA/SM, tensor-core bound from here on)
-//   prefill  > 128                 -> BN 256
+//   decode/small <= 64 rows per expert -> BN 64, 4 consumer warpgroups (bandwidth: weights streamed
+//                                         once; measured faster than a BN 16 / 3 CTAs-per-SM config)
+//   medium       <= 128                -> BN 128 (1 CTA/SM, tensor-core bound from here on)
+//   prefill      >  128                -> BN 256
 // Inside a config, each tile's wgmma N is the smallest power-of-two bucket holding its tokens.
 Sm90Config select_config(const ConfigInput& in);
 
 // The tile sizes instantiated (a dispatch default fails loudly for anything else).
-constexpr int kSupportedTileTokens[] = {16, 64, 128, 256};
+constexpr int kSupportedTileTokens[] = {16, 64, 128, 256};  // 16: tuning candidate only
 
 }  // namespace fp4moe::sm90
