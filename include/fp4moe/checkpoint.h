@@ -96,7 +96,9 @@ class Checkpoint {
 
   // Loads the routed experts of layer `layer` (a transformer layer index; it must be one of
   // info().moe_layers). `out` holds the shard's experts (num_experts = E / ep_size) and TP slice
-  // (intermediate = I / tp_size); routing_bias (DeepSeek-V3) always covers all experts.
+  // (intermediate = I / tp_size); routing_bias (DeepSeek-V3) always covers all experts. The vectors of
+  // *out are reused when their sizes match (load layer after layer into the same buffers); on error
+  // *out holds unspecified, partly loaded weights.
   Status load_moe_layer(int layer, const ShardOptions& shard, HostMoeWeights* out, LoadReport* report = nullptr) const;
 
   struct Impl;

@@ -81,8 +81,9 @@ class SafetensorsFile {
 
   // The tensor's bytes inside the mapping.
   const uint8_t* data(const TensorInfo& tensor) const { return data_ + tensor.data_begin; }
-  // Copies bytes [offset, offset + num_bytes) of `tensor` to dst (range checked). Large copies advise
-  // the kernel to read the range ahead first.
+  // Copies bytes [offset, offset + num_bytes) of `tensor` to dst (range checked). For files opened from
+  // disk, ranges of 64 KiB and more are read with pread() (faster than faulting the mapping in); a file
+  // that shrank while open then gives an error instead of SIGBUS.
   Status read(const TensorInfo& tensor, uint64_t offset, uint64_t num_bytes, void* dst) const;
 
  private:
@@ -95,6 +96,7 @@ class SafetensorsFile {
   uint64_t size_ = 0;
   uint64_t header_bytes_ = 0;
   bool mapped_ = false;
+  int fd_ = -1;  // open() only
   std::vector<TensorInfo> tensors_;
   std::unordered_map<std::string_view, size_t> index_;  // keys view tensors_[i].name
   std::map<std::string, std::string> metadata_;

@@ -147,7 +147,8 @@ std::string config_json(const CheckpointSpec& spec) {
 // Adds `tensor` to the writer of its shard (round robin over all tensors written).
 class ShardedOut {
  public:
-  explicit ShardedOut(const CheckpointSpec& spec) : spec_(spec), shards_(size_t(spec.num_shards)) {}
+  ShardedOut(const CheckpointSpec& spec, std::string dir)
+      : spec_(spec), dir_(std::move(dir)), shards_(spec.shard_per_layer ? 1 : size_t(spec.num_shards)) {}
   template <typename T>
   void add(const std::string& name, const char* dtype, std::vector<int64_t> shape, const std::vector<T>& v) {
     add_raw(name, dtype, std::move(shape), v.data(), v.size() * sizeof(T));
@@ -156,16 +157,34 @@ class ShardedOut {
     if (spec_.skip_tensor && spec_.skip_tensor(name)) return;
     shards_[next_++ % shards_.size()].add(name, dtype, std::move(shape), data, bytes);
   }
+  // shard_per_layer: writes the current shard and starts the next one.
+  Status flush_shard() {
+    if (!spec_.shard_per_layer || shards_.back().num_tensors() == 0) return Status::Ok();
+    const std::string file = "layer-" + std::to_string(flushed_.size()) + ".safetensors";
+    FP4MOE_RETURN_IF_ERROR(shards_.back().write(dir_ + "/" + file));
+    flushed_.emplace_back(file, shards_.back().names());
+    shards_.back() = SafetensorsWriter();
+    return Status::Ok();
+  }
   void add_scalar(const std::string& name, float v, bool as_vector1) {
     add_raw(name, "F32", as_vector1 ? std::vector<int64_t>{1} : std::vector<int64_t>{}, &v, 4);
   }
-  Status write(const std::string& dir) const {
+  Status write() {
+    const std::string& dir = dir_;
+    std::vector<std::pair<std::string, std::vector<std::string>>> files;
+    if (spec_.shard_per_layer) {
+      FP4MOE_RETURN_IF_ERROR(flush_shard());
+      files = flushed_;
+    } else {
+      for (size_t s = 0; s < shards_.size(); ++s) {
+        FP4MOE_RETURN_IF_ERROR(shards_[s].write(dir + "/" + shard_name(s)));
+        files.emplace_back(shard_name(s), shards_[s].names());
+      }
+    }
     std::string weight_map;
     int64_t n = 0, total = 0;
-    for (size_t s = 0; s < shards_.size(); ++s) {
-      const std::string file = shard_name(s);
-      FP4MOE_RETURN_IF_ERROR(shards_[s].write(dir + "/" + file));
-      for (const auto& name : shards_[s].names()) {
+    for (const auto& [file, names] : files) {
+      for (const auto& name : names) {
         ++total;
         if (spec_.index_drop_every > 0 && total % spec_.index_drop_every == 0) continue;
         weight_map += std::string(n++ ? ",\n    " : "\n    ") + "\"" + name + "\": \"" + file + "\"";
@@ -185,7 +204,9 @@ class ShardedOut {
 
  private:
   const CheckpointSpec& spec_;
+  std::string dir_;
   std::vector<SafetensorsWriter> shards_;
+  std::vector<std::pair<std::string, std::vector<std::string>>> flushed_;  // shard_per_layer: written files
   size_t next_ = 0;
 };
 
@@ -299,9 +320,16 @@ void write_layer(ShardedOut& out, const CheckpointSpec& spec, const std::string&
 }  // namespace
 
 Status write_checkpoint(const std::string& dir, const CheckpointSpec& spec, const std::vector<HostMoeWeights>& layers) {
+  const size_t num_moe = moe_layers_of(spec).size();
+  if (num_moe != layers.size())
+    return invalid_argument("write_checkpoint: ", num_moe, " MoE layers but ", layers.size(), " weight sets");
+  return write_checkpoint(dir, spec, [&](size_t i) -> const HostMoeWeights& { return layers[i]; });
+}
+
+Status write_checkpoint(const std::string& dir, const CheckpointSpec& spec,
+                        const std::function<const HostMoeWeights&(size_t moe_layer_idx)>& layer) {
   mkdir(dir.c_str(), 0755);
   const std::vector<int> moe = moe_layers_of(spec);
-  if (moe.size() != layers.size()) return invalid_argument("write_checkpoint: ", moe.size(), " MoE layers but ", layers.size(), " weight sets");
   FP4MOE_RETURN_IF_ERROR(write_text(dir + "/config.json", config_json(spec)));
   if (spec.convention == Convention::kModelopt || spec.convention == Convention::kModeloptFused3d)
     FP4MOE_RETURN_IF_ERROR(write_text(
@@ -310,7 +338,7 @@ Status write_checkpoint(const std::string& dir, const CheckpointSpec& spec, cons
         "\n"));
   const std::string P = spec.model == Model::kLlama4 && spec.multimodal_prefix ? "language_model.model." : "model.";
   const int64_t H = spec.problem.hidden_size;
-  ShardedOut out(spec);
+  ShardedOut out(spec, dir);
   std::vector<uint16_t> embed(size_t(16 * H), float_to_bf16(0.5f));
   out.add(P + "embed_tokens.weight", "BF16", {16, H}, embed);
   for (int l = 0; l < spec.num_layers; ++l) {
@@ -322,11 +350,12 @@ Status write_checkpoint(const std::string& dir, const CheckpointSpec& spec, cons
               "U8", {64, H / 2}, dense);
       continue;
     }
-    write_layer(out, spec, P, l, layers[size_t(it - moe.begin())]);
+    write_layer(out, spec, P, l, layer(size_t(it - moe.begin())));
+    FP4MOE_RETURN_IF_ERROR(out.flush_shard());
   }
   std::vector<uint16_t> norm(size_t(H), float_to_bf16(1.0f));
   out.add(P + "norm.weight", "BF16", {H}, norm);
-  return out.write(dir);
+  return out.write();
 }
 
 }  // namespace fp4moe::testing

@@ -55,6 +55,10 @@ struct CheckpointSpec {
   // ModelOpt: write the up_proj's weight_scale_2 as this multiple of the gate's (1: identical).
   float up_scale_factor = 1.0f;
   bool input_scales = true;     // NVFP4: write input_scale / input_global_scale
+  // Instead of spreading tensors round robin over num_shards files, write one shard per transformer
+  // layer (plus one for the rest), each flushed before the next layer is generated: multi-GB
+  // checkpoints then need one layer of memory.
+  bool shard_per_layer = false;
   std::function<bool(const std::string&)> skip_tensor;  // drop tensors (error-path tests)
 };
 
@@ -65,6 +69,9 @@ std::vector<int> moe_layers_of(const CheckpointSpec& spec);
 // `layers[i]` are the full weights (all experts, full I) of moe_layers_of(spec)[i]; besides the experts,
 // every layer gets a few unrelated tensors (norms, attention, router) so the loader must pick its own.
 Status write_checkpoint(const std::string& dir, const CheckpointSpec& spec, const std::vector<HostMoeWeights>& layers);
+// The same with the weights of MoE layer i produced on demand (each used before the next is asked for).
+Status write_checkpoint(const std::string& dir, const CheckpointSpec& spec,
+                        const std::function<const HostMoeWeights&(size_t moe_layer_idx)>& layer);
 
 // The weights as a checkpoint in `convention` can represent them, for bit-exact round trips:
 // compressed-tensors global scales survive 1/(1/s) only for some s, so those are nudged to a fixed
