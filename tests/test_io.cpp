@@ -108,8 +108,9 @@ TEST(Json, LimitsNestingDepth) {
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("nesting deeper than 64"), std::string::npos) << s.message();
   // A hostile depth far beyond the limit must fail cleanly, not overflow the stack.
-  EXPECT_FALSE(io::parse_json(std::string(1 << 20, '['), &v).ok());
-  io::JsonCursor cursor(std::string(1 << 20, '['));
+  const std::string hostile(1 << 20, '[');
+  EXPECT_FALSE(io::parse_json(hostile, &v).ok());
+  io::JsonCursor cursor(hostile);
   EXPECT_FALSE(cursor.skip_value().ok());
 }
 
@@ -332,6 +333,24 @@ TEST(Safetensors, OpensFilesOnDisk) {
   EXPECT_EQ(s.code(), StatusCode::kIoError);
   EXPECT_NE(s.message().find(cut), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("truncated"), std::string::npos) << s.message();
+
+  // A file that shrinks while open: large reads go through pread() and fail cleanly (a memcpy from the
+  // mapping would raise SIGBUS instead).
+  {
+    const std::string big = dir.path() + "/big.safetensors";
+    const std::string h = R"({"w": {"dtype": "U8", "shape": [131072], "data_offsets": [0, 131072]}})";
+    const auto image = file_image(h, 131072);
+    std::ofstream(big, std::ios::binary).write(reinterpret_cast<const char*>(image.data()), image.size());
+    std::unique_ptr<SafetensorsFile> f;
+    ASSERT_OK(SafetensorsFile::open(big, &f));
+    std::vector<uint8_t> buf(131072);
+    ASSERT_OK(f->read(*f->find("w"), 0, buf.size(), buf.data()));
+    EXPECT_EQ(0, std::memcmp(buf.data(), image.data() + 8 + h.size(), buf.size()));
+    fs::resize_file(big, 8 + h.size() + 1000);
+    const Status r = f->read(*f->find("w"), 0, buf.size(), buf.data());
+    EXPECT_EQ(r.code(), StatusCode::kIoError);
+    EXPECT_NE(r.message().find("unexpected end of file"), std::string::npos) << r.message();
+  }
 
   s = SafetensorsFile::open(dir.path() + "/missing.safetensors", &file);
   EXPECT_EQ(s.code(), StatusCode::kIoError);

@@ -192,6 +192,14 @@ TEST_P(CheckpointRoundTrip, LoadsBitExactlyAndMatchesTheReference) {
                                     : c.convention == Convention::kGptOssMxfp4   ? "gpt-oss blocks"
                                                                                  : "per-expert");
     expect_same_weights(loaded, layers[i]);
+    // Thread count changes nothing but speed.
+    for (int threads : {1, 3, 16}) {
+      HostMoeWeights again;
+      LoadOptions options;
+      options.num_threads = threads;
+      ASSERT_OK(ckpt->load_moe_layer(moe[i], options, &again));
+      expect_same_weights(again, layers[i]);
+    }
 
     // The layer itself: the reference on the loaded weights is the reference on the source weights.
     MoeProblem run = p;
@@ -247,7 +255,7 @@ TEST(CheckpointShards, EveryRankLoadsItsShard) {
   }
 }
 
-TEST(CheckpointShards, RejectsBadShardOptions) {
+TEST(CheckpointShards, RejectsBadLoadOptions) {
   CheckpointSpec spec = spec_of(kCases[2]);
   TempDir dir;
   ASSERT_OK(testing::write_checkpoint(dir.path(), spec, source_layers(spec)));

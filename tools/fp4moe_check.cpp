@@ -1,7 +1,7 @@
 // fp4moe-check: loads one MoE layer of a real (or generated) checkpoint and checks it end to end.
 //
 //   fp4moe-check --checkpoint DIR [--layer L] [--tokens T] [--mode w4a16|w4a4] [--path auto|sm90|simt]
-//                [--ep-rank R --ep-size N] [--tp-rank R --tp-size N] [--seed S] [--load-rate]
+//                [--ep-rank R --ep-size N] [--tp-rank R --tp-size N] [--threads N] [--seed S] [--load-rate]
 //
 // Prints the checkpoint (architecture, convention, the MoeProblem it implies, shards, index warnings),
 // loads the layer (the rank's experts / TP slice), reports the load (layout, bytes, GB/s, warnings),
@@ -48,7 +48,7 @@ struct Options {
   int64_t tokens = 16;
   Mode mode = Mode::kW4A16;
   std::string path = "auto";
-  ShardOptions shard;
+  LoadOptions shard;
   uint64_t seed = 1;
   bool load_rate = false;
 };
@@ -58,7 +58,7 @@ struct Options {
                "fp4moe-check: %s\n"
                "usage: fp4moe-check --checkpoint DIR [--layer L] [--tokens T] [--mode w4a16|w4a4]\n"
                "                    [--path auto|sm90|simt] [--ep-rank R --ep-size N] [--tp-rank R --tp-size N]\n"
-               "                    [--seed S] [--load-rate]\n",
+               "                    [--threads N] [--seed S] [--load-rate]\n",
                why.c_str());
   std::exit(2);
 }
@@ -89,6 +89,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--tp-rank") o.shard.tp_rank = int(int_value());
     else if (a == "--tp-size") o.shard.tp_size = int(int_value());
     else if (a == "--seed") o.seed = uint64_t(int_value());
+    else if (a == "--threads") o.shard.num_threads = int(int_value());
     else if (a == "--load-rate") o.load_rate = true;
     else if (a == "--help" || a == "-h") usage("help");
     else usage("unknown argument '" + a + "'");

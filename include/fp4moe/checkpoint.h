@@ -59,10 +59,11 @@ Status read_checkpoint_config(const std::string& directory, CheckpointInfo* out)
 
 // Which part of the experts a rank loads (reference/sharding.h semantics: EP rank r holds the
 // contiguous experts [r*E/ep, (r+1)*E/ep), TP rank r the slice [r*I/tp, (r+1)*I/tp) of every expert's
-// intermediate dimension; the w2 bias goes to TP rank 0 only).
-struct ShardOptions {
+// intermediate dimension; the w2 bias goes to TP rank 0 only), and with how many threads.
+struct LoadOptions {
   int ep_rank = 0, ep_size = 1;
   int tp_rank = 0, tp_size = 1;
+  int num_threads = 0;  // experts load in parallel; 0: min(8, hardware threads)
 };
 
 struct LoadReport {
@@ -99,7 +100,7 @@ class Checkpoint {
   // (intermediate = I / tp_size); routing_bias (DeepSeek-V3) always covers all experts. The vectors of
   // *out are reused when their sizes match (load layer after layer into the same buffers); on error
   // *out holds unspecified, partly loaded weights.
-  Status load_moe_layer(int layer, const ShardOptions& shard, HostMoeWeights* out, LoadReport* report = nullptr) const;
+  Status load_moe_layer(int layer, const LoadOptions& options, HostMoeWeights* out, LoadReport* report = nullptr) const;
 
   struct Impl;
 

@@ -8,11 +8,15 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <sstream>
+#include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "fp4moe/numerics.h"
 #include "src/io/json.h"
@@ -494,6 +498,7 @@ Status Checkpoint::open(const std::string& directory, std::unique_ptr<Checkpoint
     FP4MOE_RETURN_IF_ERROR(read_json_file(index_file, &index));
     weight_map = index.find("weight_map");
     if (!weight_map || !weight_map->is_object()) return io_error(index_file, ": 'weight_map' object is missing");
+    std::unordered_set<std::string> known(files.begin(), files.end());
     for (const auto& m : weight_map->members()) {
       if (!m.value.is_string()) return io_error(index_file, ": weight_map entry '", m.key.substr(0, 100), "' is not a file name");
       const std::string& f = m.value.str();
@@ -501,11 +506,12 @@ Status Checkpoint::open(const std::string& directory, std::unique_ptr<Checkpoint
       if (f.empty() || f == "." || f == ".." || f.find('/') != std::string::npos || f.find('\0') != std::string::npos)
         return io_error(index_file, ": weight_map entry '", m.key.substr(0, 100), "' names the file '", f.substr(0, 100),
                         "', which is not a plain file name in the checkpoint directory");
-      if (std::find(files.begin(), files.end(), f) == files.end()) {
+      if (!known.count(f)) {
         if (!file_exists(directory + "/" + f))
           return io_error(index_file, ": weight_map names the shard '", f.substr(0, 100), "' (for tensor '",
                           m.key.substr(0, 100), "'), which does not exist");
         files.push_back(f);
+        known.insert(f);
       }
     }
   }
@@ -558,10 +564,52 @@ Status Checkpoint::open(const std::string& directory, std::unique_ptr<Checkpoint
 
 namespace {
 
-// One load: the tensors of one layer for one rank, with the checks and the byte accounting.
+// Runs fn(0..n-1) on up to num_threads threads. Experts are independent (disjoint destination
+// ranges), so loading them in parallel keeps more reads in flight (cold files) and more copies
+// running (page cache). Errors are deterministic: the error of the lowest failing index is returned,
+// as a serial loop would; indices above a failure are not started.
+template <typename Fn>
+Status parallel_for(int n, int num_threads, const Fn& fn) {
+  num_threads = std::clamp(num_threads, 1, std::max(n, 1));
+  if (num_threads == 1) {
+    for (int i = 0; i < n; ++i) FP4MOE_RETURN_IF_ERROR(fn(i));
+    return Status::Ok();
+  }
+  std::atomic<int> next{0};
+  std::atomic<int> failed_at{n};  // lowest failing index so far
+  std::mutex mu;
+  Status first_error;
+  auto worker = [&] {
+    // Indices are claimed in increasing order, so every index below a failure is already claimed and
+    // finishes: the lowest failing index is always found.
+    for (int i; (i = next.fetch_add(1)) < n && i < failed_at.load();) {
+      Status s = fn(i);
+      if (!s.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (i < failed_at.load()) {
+          failed_at = i;
+          first_error = std::move(s);
+        }
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int t = 1; t < num_threads; ++t) threads.emplace_back(worker);
+  worker();
+  for (auto& t : threads) t.join();
+  return first_error;
+}
+
+// One load: the tensors of one layer for one rank, with the checks and the byte accounting. The
+// counters are atomic: experts load on several threads.
 class LayerLoader {
  public:
   LayerLoader(const Checkpoint& ckpt, int layer, LoadReport* report) : ckpt_(ckpt), layer_(layer), report_(report) {}
+  // Moves the counters into the report.
+  void finish() {
+    report_->bytes_read = bytes_read_.load();
+    report_->num_tensors_read = num_tensors_read_.load();
+  }
 
   bool exists(const std::string& name) const { return ckpt_.find_tensor(name) != nullptr; }
 
@@ -570,7 +618,7 @@ class LayerLoader {
              const TensorInfo** t, const SafetensorsFile** f) const {
     *t = ckpt_.find_tensor(name, f);
     if (!*t) return io_error(ckpt_.info().directory, ": layer ", layer_, ": tensor '", name, "' is in no shard");
-    ++report_->num_tensors_read;
+    ++num_tensors_read_;
     if (std::find(dtypes.begin(), dtypes.end(), (*t)->dtype) == dtypes.end()) {
       std::string want;
       for (Dtype d : dtypes) want += std::string(want.empty() ? "" : " or ") + to_string(d);
@@ -591,12 +639,12 @@ class LayerLoader {
   Status copy_rows(const SafetensorsFile& f, const TensorInfo& t, int64_t src_row, int64_t row_bytes, int64_t col_byte,
                    int64_t num_bytes, int64_t num_rows, uint8_t* dst, int64_t dst_stride) {
     if (col_byte == 0 && num_bytes == row_bytes && dst_stride == row_bytes) {
-      report_->bytes_read += uint64_t(num_rows * row_bytes);
+      bytes_read_ += uint64_t(num_rows * row_bytes);
       return f.read(t, uint64_t(src_row * row_bytes), uint64_t(num_rows * row_bytes), dst);
     }
     for (int64_t r = 0; r < num_rows; ++r)
       FP4MOE_RETURN_IF_ERROR(f.read(t, uint64_t((src_row + r) * row_bytes + col_byte), uint64_t(num_bytes), dst + r * dst_stride));
-    report_->bytes_read += uint64_t(num_rows * num_bytes);
+    bytes_read_ += uint64_t(num_rows * num_bytes);
     return Status::Ok();
   }
 
@@ -605,7 +653,7 @@ class LayerLoader {
     const int bytes = dtype_bits(t.dtype) / 8;
     uint8_t raw[4] = {};
     FP4MOE_RETURN_IF_ERROR(f.read(t, uint64_t(idx * bytes), uint64_t(bytes), raw));
-    report_->bytes_read += uint64_t(bytes);
+    bytes_read_ += uint64_t(bytes);
     if (t.dtype == Dtype::kF32) {
       std::memcpy(out, raw, 4);
     } else {
@@ -628,7 +676,7 @@ class LayerLoader {
                       e >= 0 ? " or one value per expert" : "");
     if (t->dtype != Dtype::kF32 && t->dtype != Dtype::kBF16 && t->dtype != Dtype::kF16)
       return io_error(f->path(), ": tensor '", name, "' has dtype ", to_string(t->dtype), ", expected F32, BF16 or F16");
-    ++report_->num_tensors_read;
+    ++num_tensors_read_;
     FP4MOE_RETURN_IF_ERROR(read_float(*f, *t, scalar ? 0 : e, out));
     if (!std::isfinite(*out) || *out < 0)
       return io_error(f->path(), ": tensor '", name, "' = ", *out, " is not a finite non-negative scale");
@@ -637,7 +685,12 @@ class LayerLoader {
 
   const Checkpoint& ckpt_;
   int layer_;
-  LoadReport* report_;
+  LoadReport* report_;  // written only from the calling thread (and by finish())
+  int num_threads_ = 1;
+
+ private:
+  mutable std::atomic<uint64_t> bytes_read_{0};
+  mutable std::atomic<int> num_tensors_read_{0};
 };
 
 std::string fmt_float(float v) {
@@ -670,8 +723,8 @@ Status load_per_expert_nvfp4(LayerLoader& ld, const std::string& base, const cha
   };
   const bool input_scales = ld.exists(base + std::to_string(expert_begin) + "." + proj[0] + "." + iscale_name);
   ld.report_->has_input_scales = input_scales;
-  int num_differ = 0;
-  for (int le = 0; le < w->num_experts; ++le) {
+  std::vector<std::string> differ(size_t(w->num_experts));  // per expert: the gate/up scale warning, if any
+  auto load_expert = [&](int le) -> Status {
     const int e = expert_begin + le;
     const std::string eb = base + std::to_string(e) + ".";
     float s2[3] = {}, in[3] = {};
@@ -707,12 +760,10 @@ Status load_per_expert_nvfp4(LayerLoader& ld, const std::string& base, const cha
     }
     if (float_bits(s2[0]) != float_bits(s2[1])) {
       // vLLM's rule: one global scale for the fused gate|up, the gate's.
-      constexpr int kMaxListed = 8;
-      if (num_differ++ < kMaxListed)
-        ld.report_->warnings.push_back(detail::concat(
-            "layer ", ld.layer_, " expert ", e, ": ", proj[1], " ", gscale_name, " differs from ", proj[0],
-            "'s; the fused gate|up uses the gate's (weight_scale_2 ", fmt_float(s2[0]), " vs ", fmt_float(s2[1]),
-            "), so the up rows are scaled by ", fmt_float(s2[0] / s2[1])));
+      differ[size_t(le)] = detail::concat(
+          "layer ", ld.layer_, " expert ", e, ": ", proj[1], " ", gscale_name, " differs from ", proj[0],
+          "'s; the fused gate|up uses the gate's (weight_scale_2 ", fmt_float(s2[0]), " vs ", fmt_float(s2[1]),
+          "), so the up rows are scaled by ", fmt_float(s2[0] / s2[1]));
     }
     w->w13_scale_2[le] = s2[0];
     w->w2_scale_2[le] = s2[2];
@@ -720,9 +771,16 @@ Status load_per_expert_nvfp4(LayerLoader& ld, const std::string& base, const cha
       w->a13_scale_2[le] = std::max(in[0], in[1]);
       w->a2_scale_2[le] = in[2];
     }
-  }
-  if (num_differ > 8)
-    ld.report_->warnings.push_back(detail::concat("layer ", ld.layer_, ": ", num_differ - 8,
+    return Status::Ok();
+  };
+  FP4MOE_RETURN_IF_ERROR(parallel_for(w->num_experts, ld.num_threads_, load_expert));
+  // The first few by name, then a count: a checkpoint can have this on every one of 256 experts.
+  constexpr int kMaxListed = 8;
+  int num_differ = 0;
+  for (auto& msg : differ)
+    if (!msg.empty() && num_differ++ < kMaxListed) ld.report_->warnings.push_back(std::move(msg));
+  if (num_differ > kMaxListed)
+    ld.report_->warnings.push_back(detail::concat("layer ", ld.layer_, ": ", num_differ - kMaxListed,
                                                   " more experts whose up_proj global scale differs from the gate's"));
   return Status::Ok();
 }
@@ -750,7 +808,7 @@ Status load_fused_nvfp4(LayerLoader& ld, const std::string& base, int expert_beg
   FP4MOE_RETURN_IF_ERROR(ld.get(name_of(dn, "weight_scale"), {Dtype::kF8E4M3, Dtype::kU8}, {E, H, I / bs}, &t2s, &f2s));
   const bool input_scales = ld.exists(name_of(gu, "input_scale"));
   ld.report_->has_input_scales = input_scales;
-  for (int le = 0; le < w->num_experts; ++le) {
+  return parallel_for(w->num_experts, ld.num_threads_, [&](int le) -> Status {
     const int64_t e = expert_begin + le;
     for (int half = 0; half < 2; ++half) {
       const int64_t src_row = e * 2 * I + half * I + slice_begin, dst_row = int64_t(le) * 2 * Il + half * Il;
@@ -766,8 +824,8 @@ Status load_fused_nvfp4(LayerLoader& ld, const std::string& base, int expert_beg
       FP4MOE_RETURN_IF_ERROR(ld.read_scale(name_of(gu, "input_scale"), e, &w->a13_scale_2[le]));
       FP4MOE_RETURN_IF_ERROR(ld.read_scale(name_of(dn, "input_scale"), e, &w->a2_scale_2[le]));
     }
-  }
-  return Status::Ok();
+    return Status::Ok();
+  });
 }
 
 // gpt-oss MXFP4: blocks [E, N, K/32, 16] (the same bytes as [E, N, K/2]), e8m0 scales [E, N, K/32],
@@ -788,7 +846,7 @@ Status load_gpt_oss(LayerLoader& ld, const std::string& base, int expert_begin, 
   FP4MOE_RETURN_IF_ERROR(ld.get(base + "down_proj_bias", {Dtype::kBF16, Dtype::kF32, Dtype::kF16}, {E, H}, &t2b, &f2b));
   w->w13_bias.assign(size_t(w->num_experts) * 2 * Il, 0.0f);
   w->w2_bias.assign(size_t(w->num_experts) * H, 0.0f);
-  for (int le = 0; le < w->num_experts; ++le) {
+  return parallel_for(w->num_experts, ld.num_threads_, [&](int le) -> Status {
     const int64_t e = expert_begin + le;
     for (int half = 0; half < 2; ++half) {
       for (int64_t r = 0; r < Il; ++r) {
@@ -805,13 +863,13 @@ Status load_gpt_oss(LayerLoader& ld, const std::string& base, int expert_begin, 
     // The down bias belongs to the full sum over TP ranks: rank 0 adds it.
     if (add_w2_bias)
       for (int64_t c = 0; c < H; ++c) FP4MOE_RETURN_IF_ERROR(ld.read_float(*f2b, *t2b, e * H + c, &w->w2_bias[le * H + c]));
-  }
-  return Status::Ok();
+    return Status::Ok();
+  });
 }
 
 }  // namespace
 
-Status Checkpoint::load_moe_layer(int layer, const ShardOptions& shard, HostMoeWeights* out, LoadReport* report) const {
+Status Checkpoint::load_moe_layer(int layer, const LoadOptions& shard, HostMoeWeights* out, LoadReport* report) const {
   const CheckpointInfo& info = impl_->info;
   const MoeProblem& p = info.problem;
   LoadReport local_report;
@@ -875,6 +933,12 @@ Status Checkpoint::load_moe_layer(int layer, const ShardOptions& shard, HostMoeW
   // headers hold.
   static const char* const kPrefixes[] = {"model.", "language_model.model.", "model.language_model.", ""};
   LayerLoader ld(*this, layer, report);
+  // 8 threads keep enough reads queued on NVMe and saturate the page-cache copy bandwidth of a socket;
+  // more only add contention.
+  constexpr int kDefaultMaxThreads = 8;
+  ld.num_threads_ = shard.num_threads > 0
+                        ? shard.num_threads
+                        : std::min<int>(kDefaultMaxThreads, int(std::max(1u, std::thread::hardware_concurrency())));
   std::string base;
   enum class Layout { kNone, kPerExpert, kFused, kGptOss } layout = Layout::kNone;
   std::vector<std::string> probes;
@@ -903,16 +967,19 @@ Status Checkpoint::load_moe_layer(int layer, const ShardOptions& shard, HostMoeW
                     to_string(info.convention), "); looked for ", tried);
   }
 
+  Status loaded;
   if (layout == Layout::kPerExpert) {
     report->expert_layout = "per-expert";
-    FP4MOE_RETURN_IF_ERROR(load_per_expert_nvfp4(ld, base, proj, compressed, expert_begin, slice_begin, &w));
+    loaded = load_per_expert_nvfp4(ld, base, proj, compressed, expert_begin, slice_begin, &w);
   } else if (layout == Layout::kFused) {
     report->expert_layout = "fused 3-D";
-    FP4MOE_RETURN_IF_ERROR(load_fused_nvfp4(ld, base, expert_begin, slice_begin, &w));
+    loaded = load_fused_nvfp4(ld, base, expert_begin, slice_begin, &w);
   } else {
     report->expert_layout = "gpt-oss blocks";
-    FP4MOE_RETURN_IF_ERROR(load_gpt_oss(ld, base, expert_begin, slice_begin, shard.tp_rank == 0, &w));
+    loaded = load_gpt_oss(ld, base, expert_begin, slice_begin, shard.tp_rank == 0, &w);
   }
+  ld.finish();
+  FP4MOE_RETURN_IF_ERROR(loaded);
   if (!report->has_input_scales) {
     w.a13_scale_2.clear();
     w.a2_scale_2.clear();
@@ -926,6 +993,7 @@ Status Checkpoint::load_moe_layer(int layer, const ShardOptions& shard, HostMoeW
     FP4MOE_RETURN_IF_ERROR(ld.get(name, {Dtype::kF32, Dtype::kBF16, Dtype::kF16}, {p.num_experts()}, &t, &f));
     w.routing_bias.resize(p.num_experts());
     for (int e = 0; e < p.num_experts(); ++e) FP4MOE_RETURN_IF_ERROR(ld.read_float(*f, *t, e, &w.routing_bias[e]));
+    ld.finish();
   }
   return Status::Ok();
 }

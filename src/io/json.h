@@ -35,7 +35,11 @@ struct JsonNumber {
 class JsonCursor {
  public:
   static constexpr int kDefaultMaxDepth = 64;
+  // The cursor views `text`, which must outlive it; a temporary string is rejected at compile time.
   explicit JsonCursor(std::string_view text, int max_depth = kDefaultMaxDepth);
+  explicit JsonCursor(const char* text, int max_depth = kDefaultMaxDepth)
+      : JsonCursor(std::string_view(text), max_depth) {}
+  explicit JsonCursor(std::string&& text, int max_depth = kDefaultMaxDepth) = delete;
 
   // Type of the next value (after whitespace), not consumed.
   Status peek(JsonType* type);
