@@ -65,6 +65,8 @@ struct LoadOptions {
   int tp_rank = 0, tp_size = 1;
   int num_threads = 0;  // experts load in parallel; 0: min(8, hardware threads)
 };
+// The name of the first version (the Python binding uses it).
+using ShardOptions = LoadOptions;
 
 struct LoadReport {
   std::string expert_layout;   // "per-expert", "fused 3-D" or "gpt-oss blocks"
