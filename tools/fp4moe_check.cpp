@@ -293,12 +293,12 @@ int main(int argc, char** argv) {
   MoeProblem p = cp;
   p.mode = o.mode;
   p.max_tokens = std::max<int64_t>(p.max_tokens, o.tokens);
-  if (p.mode == Mode::kW4A4 && !report.has_input_scales) {
-    std::fprintf(stderr, "fp4moe-check: --mode w4a4 needs the checkpoint's input scales; this one has none\n");
-    return 2;
-  }
   if (Status s = validate(p); !s.ok()) {
     std::fprintf(stderr, "fp4moe-check: %s\n", s.to_string().c_str());
+    return 2;
+  }
+  if (p.mode == Mode::kW4A4 && !report.has_input_scales) {
+    std::fprintf(stderr, "fp4moe-check: --mode w4a4 needs the checkpoint's input scales; this one has none\n");
     return 2;
   }
 
