@@ -19,8 +19,11 @@ Main entry points::
     x_hat = fp4moe.dequantize_nvfp4(packed, scales, gs, "encode")
     topk_ids, topk_weights = fp4moe.route(logits, problem, correction_bias=bias)
 
-Errors raise fp4moe.Fp4moeError (subclasses InvalidArgumentError, UnsupportedError, CudaError) with
-the C++ Status message, which names the argument and its value.
+    ckpt = fp4moe.Checkpoint("/models/Qwen3-30B-A3B-NVFP4")        # config + shard headers
+    moe = fp4moe.MoE.from_checkpoint(ckpt, layer=0, device="cuda")
+
+Errors raise fp4moe.Fp4moeError (subclasses InvalidArgumentError, UnsupportedError, CudaError,
+IoError) with the C++ Status message, which names the argument and its value.
 
 With PyTorch installed, the forward is also the custom op ``torch.ops.fp4moe.moe_forward``, which
 MoE.forward uses for torch tensors, so torch.compile and CUDA-graph capture see one opaque op. Set
@@ -36,9 +39,11 @@ import numpy as np
 
 from . import _arrays, _ext
 from ._ext import (
+    Checkpoint,
     CudaError,
     Fp4moeError,
     InvalidArgumentError,
+    IoError,
     Problem,
     RoutingConfig,
     UnsupportedError,
@@ -48,9 +53,11 @@ from ._ext import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "Checkpoint",
     "CudaError",
     "Fp4moeError",
     "InvalidArgumentError",
+    "IoError",
     "MoE",
     "Problem",
     "RoutingConfig",
@@ -351,10 +358,11 @@ class MoE:
     device: 'cpu' runs the C++ reference (fp64 over exactly dequantized weights); 'cuda' / 'cuda:N'
     repacks the weights onto that GPU once. Default: where weights['w13'] lives.
     path: GPU kernel path 'auto' | 'sm90' | 'simt' (kernel_info() tells what runs).
+    tune_file: GPU only, config choices measured by ``fp4moe-bench --tune FILE`` on this GPU.
     """
 
-    def __init__(self, problem: Problem, weights, *, device=None, path: str = "auto", ep_rank: int = 0,
-                 ep_size: int = 1, tp_rank: int = 0, tp_size: int = 1, _layer=None):
+    def __init__(self, problem: Problem, weights, *, device=None, path: str = "auto", tune_file=None,
+                 ep_rank: int = 0, ep_size: int = 1, tp_rank: int = 0, tp_size: int = 1, _layer=None):
         if not isinstance(problem, Problem):
             raise InvalidArgumentError(f"problem is a {type(problem).__name__}; expected fp4moe.Problem "
                                        "(fp4moe.preset(name) or fp4moe.Problem(**fields))")
@@ -369,7 +377,7 @@ class MoE:
             else:
                 kind, index = _parse_device(device)
             _layer = _ext.Layer.from_weights(problem, canonical, kind, index, ep_rank, ep_size, tp_rank, tp_size,
-                                             path)
+                                             path, str(tune_file or ""))
         self._layer = _layer
         self._problem = _layer.problem
         self._cuda = _layer.device != "cpu"
@@ -377,15 +385,32 @@ class MoE:
         _layers[self._id] = self
 
     @classmethod
-    def dummy(cls, problem: Problem, seed: int = 0, *, device="cuda", path: str = "auto", ep_rank: int = 0,
-              ep_size: int = 1, tp_rank: int = 0, tp_size: int = 1) -> "MoE":
+    def dummy(cls, problem: Problem, seed: int = 0, *, device="cuda", path: str = "auto", tune_file=None,
+              ep_rank: int = 0, ep_size: int = 1, tp_rank: int = 0, tp_size: int = 1) -> "MoE":
         """A layer with the deterministic random weights of random_weights(problem, seed), generated
         on the device without a host copy (device='cuda') or on the host (device='cpu')."""
         if not isinstance(problem, Problem):
             raise InvalidArgumentError(f"problem is a {type(problem).__name__}; expected fp4moe.Problem")
         kind, index = _parse_device(device)
-        layer = _ext.Layer.dummy(problem, int(seed), kind, index, ep_rank, ep_size, tp_rank, tp_size, path)
+        layer = _ext.Layer.dummy(problem, int(seed), kind, index, ep_rank, ep_size, tp_rank, tp_size, path,
+                                 str(tune_file or ""))
         return cls(problem, None, _layer=layer)
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint, layer: int, *, device="cuda", path: str = "auto", tune_file=None,
+                        mode: str = "w4a16", max_tokens: int = 8192, ep_rank: int = 0, ep_size: int = 1,
+                        tp_rank: int = 0, tp_size: int = 1) -> "MoE":
+        """The routed experts of transformer layer `layer` of a quantized checkpoint directory (a path
+        or an fp4moe.Checkpoint): ModelOpt or compressed-tensors NVFP4, gpt-oss MXFP4; DeepSeek-V3,
+        Qwen3-MoE, Mixtral, Llama-4, gpt-oss (include/fp4moe/checkpoint.h). Only this rank's experts
+        and TP slice are read. The problem comes from the checkpoint's config with `mode` and
+        `max_tokens` set; w4a4 needs the checkpoint's input scales."""
+        if not isinstance(checkpoint, Checkpoint):
+            checkpoint = Checkpoint(str(checkpoint))
+        problem = checkpoint.problem.replace(mode=mode, max_tokens=int(max_tokens))
+        weights, _ = checkpoint.load_layer(int(layer), ep_rank, ep_size, tp_rank, tp_size)
+        return cls(problem, weights, device=device, path=path, tune_file=tune_file, ep_rank=ep_rank,
+                   ep_size=ep_size, tp_rank=tp_rank, tp_size=tp_size)
 
     # -- properties --
     @property

@@ -11,6 +11,7 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
@@ -22,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "fp4moe/checkpoint.h"
 #include "fp4moe/format.h"
 #include "fp4moe/moe.h"
 #include "fp4moe/numerics.h"
@@ -55,6 +57,7 @@ PyObject* g_error = nullptr;             // fp4moe.Fp4moeError(RuntimeError)
 PyObject* g_invalid_argument = nullptr;  // fp4moe.InvalidArgumentError(Fp4moeError, ValueError)
 PyObject* g_unsupported = nullptr;       // fp4moe.UnsupportedError(Fp4moeError, NotImplementedError)
 PyObject* g_cuda_error = nullptr;        // fp4moe.CudaError(Fp4moeError)
+PyObject* g_io_error = nullptr;          // fp4moe.IoError(Fp4moeError)
 
 void check(const Status& s) {
   if (!s.ok()) throw StatusError(s);
@@ -75,6 +78,7 @@ void raise_status(const Status& s) {
   if (s.code() == StatusCode::kInvalidArgument) cls = g_invalid_argument;
   else if (s.code() == StatusCode::kUnsupported) cls = g_unsupported;
   else if (s.code() == StatusCode::kCudaError) cls = g_cuda_error;
+  else if (s.code() == StatusCode::kIoError) cls = g_io_error;
   PyObject* exc = PyObject_CallFunction(cls, "s", s.message().c_str());
   if (!exc) return;  // the constructor raised; leave its error set
   PyObject* code = PyUnicode_FromString(to_string(s.code()));
@@ -758,8 +762,8 @@ class Layer {
  public:
   static std::unique_ptr<Layer> from_weights(const MoeProblem& problem, nb::dict weights, const std::string& device,
                                              int device_id, int ep_rank, int ep_size, int tp_rank, int tp_size,
-                                             const std::string& path) {
-    auto layer = prepare(problem, device, device_id, ep_rank, ep_size, tp_rank, tp_size, path);
+                                             const std::string& path, const std::string& tune_file) {
+    auto layer = prepare(problem, device, device_id, ep_rank, ep_size, tp_rank, tp_size, path, tune_file);
     const WeightArrays arrays = read_weights(problem, layer->dims_, weights);
     if (!layer->place_.cuda) {
       layer->host_ = copy_weights(problem, layer->dims_, arrays.view);
@@ -775,8 +779,8 @@ class Layer {
 
   static std::unique_ptr<Layer> dummy(const MoeProblem& problem, uint64_t seed, const std::string& device,
                                       int device_id, int ep_rank, int ep_size, int tp_rank, int tp_size,
-                                      const std::string& path) {
-    auto layer = prepare(problem, device, device_id, ep_rank, ep_size, tp_rank, tp_size, path);
+                                      const std::string& path, const std::string& tune_file) {
+    auto layer = prepare(problem, device, device_id, ep_rank, ep_size, tp_rank, tp_size, path, tune_file);
     if (!layer->place_.cuda) {
       nb::gil_scoped_release release;
       HostMoeWeights full = make_random_weights(problem, seed);
@@ -920,7 +924,8 @@ class Layer {
 
  private:
   static std::unique_ptr<Layer> prepare(const MoeProblem& problem, const std::string& device, int device_id,
-                                        int ep_rank, int ep_size, int tp_rank, int tp_size, const std::string& path) {
+                                        int ep_rank, int ep_size, int tp_rank, int tp_size, const std::string& path,
+                                        const std::string& tune_file) {
     check(validate(problem));
     auto layer = std::unique_ptr<Layer>(new Layer());
     layer->problem_ = problem;
@@ -930,11 +935,14 @@ class Layer {
       if (path != "auto" && path != "reference")
         fail_invalid("path = '", path, "' is a GPU kernel path; a CPU MoE runs the reference (path 'auto' or "
                      "'reference')");
+      if (!tune_file.empty())
+        fail_invalid("tune_file = '", tune_file, "' tunes the GPU kernels; a CPU MoE runs the reference");
       return layer;
     }
     if (device != "cuda") fail_invalid("device = '", device, "' is not one of: cpu, cuda");
 #if FP4MOE_HAS_CUDA
     check(parse_kernel_path(path, &layer->path_));
+    layer->tune_file_ = tune_file;
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0)
       fail_unsupported("device = 'cuda' but no CUDA device is visible; use device='cpu' for the CPU reference");
@@ -958,6 +966,7 @@ class Layer {
     o.ep_size = shard_.ep_size;
     o.tp_rank = shard_.tp_rank;
     o.tp_size = shard_.tp_size;
+    o.tune_file = tune_file_;
     {
       nb::gil_scoped_release release;
       check(create(o, &gpu_));
@@ -999,6 +1008,7 @@ class Layer {
   size_t workspace_bytes_ = 0;
 #if FP4MOE_HAS_CUDA
   KernelPath path_ = KernelPath::kAuto;
+  std::string tune_file_;
   std::unique_ptr<MoeLayer> gpu_;
   void* workspace_ = nullptr;
 #endif
@@ -1055,6 +1065,59 @@ int cuda_device_count() {
   return 0;
 #endif
 }
+
+// ---- Checkpoints ---------------------------------------------------------------------------------
+
+// A checkpoint directory opened once (config + every shard header); layers load into NumPy arrays.
+class CheckpointHandle {
+ public:
+  explicit CheckpointHandle(const std::string& directory) {
+    nb::gil_scoped_release release;
+    check(Checkpoint::open(directory, &ckpt_));
+  }
+
+  nb::dict info() const {
+    const CheckpointInfo& i = ckpt_->info();
+    nb::dict d;
+    d["directory"] = i.directory;
+    d["architecture"] = i.architecture;
+    d["model_type"] = i.model_type;
+    d["convention"] = to_string(i.convention);
+    d["num_layers"] = i.num_layers;
+    d["moe_layers"] = i.moe_layers;
+    d["num_shards"] = ckpt_->num_shards();
+    d["num_tensors"] = ckpt_->num_tensors();
+    d["total_bytes"] = ckpt_->total_bytes();
+    return d;
+  }
+  MoeProblem problem() const { return ckpt_->problem(); }
+  std::vector<std::string> warnings() const { return ckpt_->warnings(); }
+
+  // (weights in the linear layout as NumPy arrays, load report)
+  nb::tuple load_layer(int layer, int ep_rank, int ep_size, int tp_rank, int tp_size) const {
+    ShardOptions shard;
+    shard.ep_rank = ep_rank;
+    shard.ep_size = ep_size;
+    shard.tp_rank = tp_rank;
+    shard.tp_size = tp_size;
+    HostMoeWeights w;
+    LoadReport report;
+    {
+      nb::gil_scoped_release release;
+      check(ckpt_->load_moe_layer(layer, shard, &w, &report));
+    }
+    nb::dict r;
+    r["expert_layout"] = report.expert_layout;
+    r["num_tensors_read"] = report.num_tensors_read;
+    r["bytes_read"] = report.bytes_read;
+    r["has_input_scales"] = report.has_input_scales;
+    r["warnings"] = report.warnings;
+    return nb::make_tuple(weights_to_numpy(ckpt_->problem(), std::move(w)), r);
+  }
+
+ private:
+  std::unique_ptr<Checkpoint> ckpt_;
+};
 
 // ---- Problem fields ------------------------------------------------------------------------------
 
@@ -1188,10 +1251,13 @@ NB_MODULE(_ext, m) {
                                             unsupported_bases, nullptr);
   Py_DECREF(unsupported_bases);
   g_cuda_error = PyErr_NewExceptionWithDoc("fp4moe.CudaError", "A CUDA runtime call failed.", g_error, nullptr);
+  g_io_error = PyErr_NewExceptionWithDoc("fp4moe.IoError", "A file system or file format problem (checkpoints).",
+                                         g_error, nullptr);
   m.attr("Fp4moeError") = nb::handle(g_error);
   m.attr("InvalidArgumentError") = nb::handle(g_invalid_argument);
   m.attr("UnsupportedError") = nb::handle(g_unsupported);
   m.attr("CudaError") = nb::handle(g_cuda_error);
+  m.attr("IoError") = nb::handle(g_io_error);
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
       std::rethrow_exception(p);
@@ -1323,9 +1389,9 @@ NB_MODULE(_ext, m) {
   // ---- Layer ----
   nb::class_<Layer>(m, "Layer")
       .def_static("from_weights", &Layer::from_weights, "problem"_a, "weights"_a, "device"_a, "device_id"_a,
-                  "ep_rank"_a, "ep_size"_a, "tp_rank"_a, "tp_size"_a, "path"_a)
+                  "ep_rank"_a, "ep_size"_a, "tp_rank"_a, "tp_size"_a, "path"_a, "tune_file"_a)
       .def_static("dummy", &Layer::dummy, "problem"_a, "seed"_a, "device"_a, "device_id"_a, "ep_rank"_a,
-                  "ep_size"_a, "tp_rank"_a, "tp_size"_a, "path"_a)
+                  "ep_size"_a, "tp_rank"_a, "tp_size"_a, "path"_a, "tune_file"_a)
       .def("forward", &Layer::forward, "hidden_states"_a, "router_logits"_a.none(), "topk_ids"_a.none(),
            "topk_weights"_a.none(), "out"_a, "stream"_a)
       .def("kernel_info", &Layer::kernel_info, "num_tokens"_a)
@@ -1337,4 +1403,13 @@ NB_MODULE(_ext, m) {
       .def_prop_ro("num_local_experts", &Layer::num_local_experts)
       .def_prop_ro("local_intermediate_size", &Layer::local_intermediate_size)
       .def_prop_ro("parallel", &Layer::parallel);
+
+  // ---- Checkpoints ----
+  nb::class_<CheckpointHandle>(m, "Checkpoint")
+      .def(nb::init<const std::string&>(), "directory"_a)
+      .def_prop_ro("info", &CheckpointHandle::info)
+      .def_prop_ro("problem", &CheckpointHandle::problem)
+      .def_prop_ro("warnings", &CheckpointHandle::warnings)
+      .def("load_layer", &CheckpointHandle::load_layer, "layer"_a, "ep_rank"_a = 0, "ep_size"_a = 1,
+           "tp_rank"_a = 0, "tp_size"_a = 1);
 }

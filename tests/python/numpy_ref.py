@@ -249,3 +249,72 @@ def normalized_error(got, want):
     norm = np.linalg.norm(want)
     assert norm > 0, "reference output is all zeros: the comparison would prove nothing"
     return float(np.linalg.norm(got - want) / norm)
+
+
+# ---- Checkpoints ---------------------------------------------------------------------------------
+
+
+def write_safetensors(path, tensors):
+    """A .safetensors file: 8-byte little-endian header length, the JSON header (padded with spaces
+    to 8 bytes), then the tensors back to back. tensors: {name: (dtype, shape, numpy array)}."""
+    import json
+    import struct
+
+    header, blobs, offset = {}, [], 0
+    for name, (dtype, shape, array) in tensors.items():
+        data = np.ascontiguousarray(array).tobytes()
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for blob in blobs:
+            f.write(blob)
+
+
+def write_qwen3_checkpoint(directory, problem, layer_weights, convention="modelopt", input_scale=None):
+    """A Qwen3-MoE NVFP4 checkpoint with one shard per layer: per expert gate/up/down_proj tensors,
+    ModelOpt names (weight, weight_scale F8_E4M3, weight_scale_2 = s2) or compressed-tensors names
+    (weight_packed, weight_scale, weight_global_scale = 1/s2)."""
+    import json
+    import os
+
+    H, I, E = problem.hidden_size, problem.intermediate_size, problem.num_experts
+    config = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": H,
+              "num_hidden_layers": len(layer_weights), "moe_intermediate_size": I, "num_experts": E,
+              "num_experts_per_tok": problem.top_k, "norm_topk_prob": problem.renormalize,
+              "decoder_sparse_step": 1}
+    if convention == "compressed-tensors":
+        config["quantization_config"] = {
+            "quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
+            "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "float", "group_size": 16}}}}
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(config, f)
+    if convention == "modelopt":
+        with open(os.path.join(directory, "hf_quant_config.json"), "w") as f:
+            json.dump({"quantization": {"quant_algo": "NVFP4", "group_size": 16}}, f)
+    names = ({"w": "weight", "g": "weight_global_scale", "i": "input_global_scale"} if convention != "modelopt"
+             else {"w": "weight", "g": "weight_scale_2", "i": "input_scale"})
+    if convention != "modelopt":
+        names["w"] = "weight_packed"
+    for layer, w in enumerate(layer_weights):
+        tensors = {}
+        for e in range(E):
+            base = f"model.layers.{layer}.mlp.experts.{e}."
+            parts = (("gate_proj", w["w13"][e, :I], w["w13_scale"][e, :I], w["w13_scale_2"][e]),
+                     ("up_proj", w["w13"][e, I:], w["w13_scale"][e, I:], w["w13_scale_2"][e]),
+                     ("down_proj", w["w2"][e], w["w2_scale"][e], w["w2_scale_2"][e]))
+            for proj, codes, scales, s2 in parts:
+                gs = np.float32(s2) if convention == "modelopt" else np.float32(1.0) / np.float32(s2)
+                tensors[base + proj + "." + names["w"]] = ("U8", codes.shape, codes)
+                tensors[base + proj + ".weight_scale"] = ("F8_E4M3", scales.shape, scales)
+                tensors[base + proj + "." + names["g"]] = ("F32", [], np.array(gs, dtype=np.float32))
+                if input_scale is not None:
+                    v = np.float32(input_scale) if convention == "modelopt" else np.float32(1.0) / np.float32(input_scale)
+                    tensors[base + proj + "." + names["i"]] = ("F32", [], np.array(v, dtype=np.float32))
+        write_safetensors(os.path.join(directory, f"model-{layer + 1:05d}-of-{len(layer_weights):05d}.safetensors"),
+                          tensors)

@@ -493,6 +493,7 @@ def test_moe_construction_errors():
         (lambda: fp4moe.MoE(p.replace(hidden_size=100), w), "hidden_size = 100 must be a positive multiple of 32"),
         (lambda: fp4moe.MoE(p, w, device="tpu"), "device = 'tpu' is not one of"),
         (lambda: fp4moe.MoE(p, w, device="cpu", path="sm90"), "path = 'sm90' is a GPU kernel path"),
+        (lambda: fp4moe.MoE(p, w, device="cpu", tune_file="t.json"), "tune_file = 't.json' tunes the GPU kernels"),
         (lambda: fp4moe.MoE(p, w, ep_size=3), "ep"),
         (lambda: fp4moe.MoE.dummy(p, 0, device="cpu", tp_size=4, tp_rank=4), "tp_rank"),
         (lambda: fp4moe.Problem(hidden_sise=128), "Problem has no field 'hidden_sise'"),
@@ -561,3 +562,56 @@ def test_forward_errors():
             continue
         with pytest.raises(fp4moe.InvalidArgumentError, match=message):
             call()
+
+
+# ---- Checkpoints ---------------------------------------------------------------------------------
+
+
+def checkpoint_problem():
+    return fp4moe.Problem(name="qwen3_moe", hidden_size=256, intermediate_size=128, num_experts=8, top_k=2,
+                          renormalize=True)
+
+
+@pytest.mark.parametrize("convention", ["modelopt", "compressed-tensors"])
+def test_checkpoint_layers_load_into_the_moe(tmp_path, convention):
+    p = checkpoint_problem()
+    layers = [fp4moe.random_weights(p, seed) for seed in (10, 11)]
+    if convention == "compressed-tensors":
+        # weight_global_scale = 1/s2 in the file and s2 = 1/gs back: exact for powers of two only.
+        for w in layers:
+            for k in ("w13_scale_2", "w2_scale_2"):
+                w[k] = np.exp2(np.round(np.log2(w[k]))).astype(np.float32)
+    ref.write_qwen3_checkpoint(str(tmp_path), p, layers, convention=convention, input_scale=5.0 / 2688)
+    ckpt = fp4moe.Checkpoint(str(tmp_path))
+    info = ckpt.info
+    assert info["architecture"] == "Qwen3MoeForCausalLM" and info["moe_layers"] == [0, 1]
+    assert info["num_shards"] == 2
+    assert info["convention"] == ("modelopt-nvfp4" if convention == "modelopt" else "compressed-tensors-nvfp4")
+    q = ckpt.problem
+    assert (q.hidden_size, q.intermediate_size, q.num_experts, q.top_k, q.routing_method, q.renormalize) == \
+        (256, 128, 8, 2, "softmax_topk", True)
+    weights, report = ckpt.load_layer(1)
+    assert report["expert_layout"] == "per-expert" and report["has_input_scales"]
+    for k in ("w13", "w13_scale", "w13_scale_2", "w2", "w2_scale", "w2_scale_2"):
+        np.testing.assert_array_equal(weights[k], layers[1][k], err_msg=k)
+    np.testing.assert_allclose(weights["a13_scale_2"], 5.0 / 2688, rtol=1e-7)
+    # An EP rank reads only its experts.
+    half, _ = ckpt.load_layer(1, ep_rank=1, ep_size=2)
+    np.testing.assert_array_equal(half["w2"], layers[1]["w2"][4:])
+    x, logits = inputs(p, 5)
+    want = fp4moe.MoE(p, layers[1])(x, logits)
+    np.testing.assert_array_equal(fp4moe.MoE.from_checkpoint(ckpt, 1, device="cpu")(x, logits), want)
+    np.testing.assert_array_equal(fp4moe.MoE.from_checkpoint(str(tmp_path), 1, device="cpu")(x, logits), want)
+    w4a4 = fp4moe.MoE.from_checkpoint(ckpt, 0, device="cpu", mode="w4a4", max_tokens=64)
+    assert w4a4.problem.mode == "w4a4" and w4a4.problem.max_tokens == 64
+
+
+def test_checkpoint_errors(tmp_path):
+    with pytest.raises(fp4moe.IoError, match="no config.json"):
+        fp4moe.Checkpoint(str(tmp_path))
+    p = checkpoint_problem()
+    ref.write_qwen3_checkpoint(str(tmp_path), p, [fp4moe.random_weights(p, 1)])
+    with pytest.raises(fp4moe.InvalidArgumentError, match="mode w4a4 needs the activation global scales"):
+        fp4moe.MoE.from_checkpoint(str(tmp_path), 0, device="cpu", mode="w4a4")
+    with pytest.raises(fp4moe.InvalidArgumentError, match="layer = 5 is not a MoE layer"):
+        fp4moe.Checkpoint(str(tmp_path)).load_layer(5)

@@ -270,6 +270,17 @@ def test_gpu_dummy_weights_equal_random_weights():
 
 
 @requires_gpu
+def test_gpu_layer_from_checkpoint(tmp_path):
+    p = fp4moe.Problem(hidden_size=256, intermediate_size=128, num_experts=8, top_k=2, renormalize=True)
+    weights = fp4moe.random_weights(p, 12)
+    ref.write_qwen3_checkpoint(str(tmp_path), p, [weights])
+    x, logits = make_inputs(p, 6, device="cuda")
+    x = x.to(torch.bfloat16)
+    moe = fp4moe.MoE.from_checkpoint(str(tmp_path), 0, device="cuda", max_tokens=64)
+    assert torch.equal(moe(x, logits), fp4moe.MoE(p.replace(max_tokens=64), weights, device="cuda")(x, logits))
+
+
+@requires_gpu
 def test_gpu_zero_tokens_and_bf16_logits():
     p = scaled_problem("qwen3-30b-a3b", 8)
     moe = fp4moe.MoE.dummy(p, 1, device="cuda")
