@@ -396,6 +396,13 @@ TEST(CheckpointTensors, MissingOrMisshapenTensorsAreNamed) {
             std::string::npos)
       << s.message();
 
+  // A configuration that implies far more expert bytes than the files hold fails before allocating.
+  replace_in_file(dir.path() + "/config.json", "\"hidden_size\": 128", "\"hidden_size\": 1048576");
+  ASSERT_OK(Checkpoint::open(dir.path(), &ckpt));
+  s = ckpt->load_moe_layer(2, {}, &w);
+  EXPECT_EQ(s.code(), StatusCode::kIoError);
+  EXPECT_NE(s.message().find("but the checkpoint holds only"), std::string::npos) << s.message();
+
   // A layer without expert tensors says what it looked for.
   CheckpointSpec none = spec_of(kCases[2]);
   none.skip_tensor = [](const std::string& n) { return n.find(".experts.") != std::string::npos; };

@@ -1,7 +1,7 @@
-// Checkpoint directories: configuration -> MoeProblem, shard scan, and the expert loaders of each
-// convention (include/fp4moe/checkpoint.h). Every tensor is checked (dtype, shape) against the problem
-// before a byte is copied; copies touch only the rank's experts and TP slice, so a rank's page faults
-// (and disk reads) scale with its share of the layer.
+// Checkpoint directories: shard scan and the expert loaders of each convention
+// (include/fp4moe/checkpoint.h; the configuration is read in checkpoint_config.cpp). Every tensor is
+// checked (dtype, shape) against the problem before a byte is copied; copies touch only the rank's
+// experts and TP slice, so a rank's page faults (and disk reads) scale with its share of the layer.
 #include "fp4moe/checkpoint.h"
 
 #include <dirent.h>
@@ -509,26 +509,6 @@ Status Checkpoint::load_moe_layer(int layer, const LoadOptions& shard, HostMoeWe
   const int64_t H = p.hidden_size;
   const int bs = p.block_size();
 
-  // Loads straight into *out. Its vectors keep their memory when the sizes already match (layer after
-  // layer into the same staging buffers): fresh allocations cost a page fault and zeroing per 4 KiB,
-  // which alone ran at 1.7 GB/s here, slower than reading the checkpoint from the page cache.
-  HostMoeWeights& w = *out;
-  w.num_experts = num_local;
-  w.intermediate = Il;
-  w.w13.resize(size_t(num_local) * 2 * Il * H / 2);
-  w.w13_scale.resize(size_t(num_local) * 2 * Il * H / bs);
-  w.w2.resize(size_t(num_local) * H * Il / 2);
-  w.w2_scale.resize(size_t(num_local) * H * Il / bs);
-  const bool nvfp4 = p.weight_format == WeightFormat::kNvfp4;
-  const size_t num_scalars = nvfp4 ? size_t(num_local) : 0;
-  w.w13_scale_2.resize(num_scalars);
-  w.w2_scale_2.resize(num_scalars);
-  w.a13_scale_2.resize(num_scalars);
-  w.a2_scale_2.resize(num_scalars);
-  w.w13_bias.clear();
-  w.w2_bias.clear();
-  w.routing_bias.clear();
-
   // Module names of the routed experts within a layer, per architecture.
   const Arch arch = arch_of(info);
   const char* module = arch == Arch::kMixtral ? "block_sparse_moe" : arch == Arch::kLlama4 ? "feed_forward" : "mlp";
@@ -576,6 +556,33 @@ Status Checkpoint::load_moe_layer(int layer, const LoadOptions& shard, HostMoeWe
     return io_error(info.directory, ": layer ", layer, ": no routed-expert tensors found for ", info.architecture, " (",
                     to_string(info.convention), "); looked for ", tried);
   }
+
+  // The sizes come from config.json, which is untrusted: before allocating, the rank's expert bytes
+  // must fit in what the shards hold, so a hostile configuration cannot ask for terabytes.
+  const int64_t expert_bytes_needed = int64_t(num_local) * 3 * H * Il / 2 + int64_t(num_local) * 3 * H * Il / bs;
+  if (uint64_t(expert_bytes_needed) > total_bytes())
+    return io_error(info.directory, ": layer ", layer, ": the configuration (H = ", H, ", I = ", p.intermediate_size,
+                    ", E = ", p.num_experts(), ") implies ", expert_bytes_needed, " bytes of expert weights for this rank, "
+                    "but the checkpoint holds only ", total_bytes(), " bytes");
+  // Loads straight into *out. Its vectors keep their memory when the sizes already match (layer after
+  // layer into the same staging buffers): fresh allocations cost a page fault and zeroing per 4 KiB,
+  // which alone ran at 1.7 GB/s here, slower than reading the checkpoint from the page cache.
+  HostMoeWeights& w = *out;
+  w.num_experts = num_local;
+  w.intermediate = Il;
+  w.w13.resize(size_t(num_local) * 2 * Il * H / 2);
+  w.w13_scale.resize(size_t(num_local) * 2 * Il * H / bs);
+  w.w2.resize(size_t(num_local) * H * Il / 2);
+  w.w2_scale.resize(size_t(num_local) * H * Il / bs);
+  const bool nvfp4 = p.weight_format == WeightFormat::kNvfp4;
+  const size_t num_scalars = nvfp4 ? size_t(num_local) : 0;
+  w.w13_scale_2.resize(num_scalars);
+  w.w2_scale_2.resize(num_scalars);
+  w.a13_scale_2.resize(num_scalars);
+  w.a2_scale_2.resize(num_scalars);
+  w.w13_bias.clear();
+  w.w2_bias.clear();
+  w.routing_bias.clear();
 
   Status loaded;
   if (layout == Layout::kPerExpert) {
