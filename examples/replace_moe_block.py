@@ -90,7 +90,8 @@ class TinyMoeModel(nn.Module):
         super().__init__()
         self.embed = nn.Embedding(vocab, hidden)
         self.layers = nn.ModuleList(
-            DecoderLayer(hidden, heads, SparseMoeBlock(hidden, inter, num_experts, top_k)) for _ in range(layers))
+            DecoderLayer(hidden, heads, SparseMoeBlock(hidden, inter, num_experts, top_k)) for _ in range(layers)
+        )
         self.norm = nn.RMSNorm(hidden)
 
     def forward(self, tokens):
@@ -109,9 +110,15 @@ def quantize_block(block: SparseMoeBlock, max_tokens: int):
     weight_scale_2 = amax/2688), w2 likewise. Returns the fp4moe.Problem and the weights dict."""
     hidden = block.gate.in_features
     inter = block.experts[0].w1.out_features
-    problem = fp4moe.Problem(hidden_size=hidden, intermediate_size=inter, num_experts=len(block.experts),
-                             top_k=block.top_k, routing_method="softmax_topk", renormalize=True,
-                             max_tokens=max_tokens)
+    problem = fp4moe.Problem(
+        hidden_size=hidden,
+        intermediate_size=inter,
+        num_experts=len(block.experts),
+        top_k=block.top_k,
+        routing_method="softmax_topk",
+        renormalize=True,
+        max_tokens=max_tokens,
+    )
     w = {k: [] for k in ("w13", "w13_scale", "w13_scale_2", "w2", "w2_scale", "w2_scale_2")}
     for expert in block.experts:
         for name, weight in (("w13", torch.cat([expert.w1.weight, expert.w3.weight])), ("w2", expert.w2.weight)):
@@ -132,10 +139,12 @@ def dequantized_copy(block: SparseMoeBlock, weights) -> SparseMoeBlock:
     twin = copy.deepcopy(block)
     inter = block.experts[0].w1.out_features
     for e, expert in enumerate(twin.experts):
-        w13 = fp4moe.dequantize_nvfp4(weights["w13"][e], weights["w13_scale"][e], weights["w13_scale_2"][e].item(),
-                                      "decode")
-        w2 = fp4moe.dequantize_nvfp4(weights["w2"][e], weights["w2_scale"][e], weights["w2_scale_2"][e].item(),
-                                     "decode")
+        w13 = fp4moe.dequantize_nvfp4(
+            weights["w13"][e], weights["w13_scale"][e], weights["w13_scale_2"][e].item(), "decode"
+        )
+        w2 = fp4moe.dequantize_nvfp4(
+            weights["w2"][e], weights["w2_scale"][e], weights["w2_scale_2"][e].item(), "decode"
+        )
         dtype = expert.w1.weight.dtype
         expert.w1.weight.data.copy_(w13[:inter].to(dtype))
         expert.w3.weight.data.copy_(w13[inter:].to(dtype))
@@ -199,10 +208,14 @@ def main():
         info = swapped[0].moe.kernel_info(2 * args.tokens)
         print(f"device {args.device}; fp4moe path '{info['path']}': {info['regime']}")
         print(f"  gemm1 {info['gemm1']}\n  gemm2 {info['gemm2']}")
-        print(f"fp4moe vs the PyTorch model on the same NVFP4 weights: relative L2 difference "
-              f"{relative_difference(out, fake_quantized):.2e} (bf16 roundings)")
-        print(f"fp4moe vs the original bf16 model:                      relative L2 difference "
-              f"{relative_difference(out, original):.2e} (NVFP4 weight quantization)")
+        print(
+            f"fp4moe vs the PyTorch model on the same NVFP4 weights: relative L2 difference "
+            f"{relative_difference(out, fake_quantized):.2e} (bf16 roundings)"
+        )
+        print(
+            f"fp4moe vs the original bf16 model:                      relative L2 difference "
+            f"{relative_difference(out, original):.2e} (NVFP4 weight quantization)"
+        )
 
         if args.compile:
             compiled = torch.compile(model, fullgraph=True)
@@ -211,8 +224,10 @@ def main():
             out_c = compiled(tokens)
             if device.type == "cuda":
                 torch.cuda.synchronize()
-            print(f"torch.compile: relative difference to eager {relative_difference(out_c, out):.2e}, "
-                  f"{(time.perf_counter() - start) * 1e3:.2f} ms per forward")
+            print(
+                f"torch.compile: relative difference to eager {relative_difference(out_c, out):.2e}, "
+                f"{(time.perf_counter() - start) * 1e3:.2f} ms per forward"
+            )
 
         for layer, block in zip(model.layers, originals):
             layer.mlp = block

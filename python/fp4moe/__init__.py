@@ -100,8 +100,9 @@ def global_scale_from_amax(amax: float, convention: str) -> float:
     return _ext.global_scale_from_amax(float(amax), convention)
 
 
-def quantize_nvfp4(x, global_scale: float, convention: str, *, recipe: str = "kernel", layout: str = "linear",
-                   stream=None):
+def quantize_nvfp4(
+    x, global_scale: float, convention: str, *, recipe: str = "kernel", layout: str = "linear", stream=None
+):
     """Quantize `x` ([..., cols] float32 or bfloat16, cols a multiple of 16) to NVFP4.
 
     global_scale / convention: the tensor's fp32 global scale and which convention it is in
@@ -120,16 +121,25 @@ def quantize_nvfp4(x, global_scale: float, convention: str, *, recipe: str = "ke
     cols = shape[-1]
     rows = int(np.prod(shape[:-1], dtype=np.int64))
     if cols % 16 != 0:
-        raise InvalidArgumentError(f"x: last dimension = {cols} must be a positive multiple of 16 (the NVFP4 "
-                                   "block size)")
+        raise InvalidArgumentError(
+            f"x: last dimension = {cols} must be a positive multiple of 16 (the NVFP4 block size)"
+        )
     packed = _arrays.empty(x, place, shape[:-1] + (cols // 2,), "uint8")
     if layout in ("swizzled", "swizzled128x4"):
         scale_shape = (_round_up(rows, 128), _round_up(cols // 16, 4))
     else:
         scale_shape = shape[:-1] + (cols // 16,)
     scales = _arrays.empty(x, place, scale_shape, "uint8")
-    _ext.quantize_nvfp4(_arrays.export(x), _arrays.export(packed), _arrays.export(scales), float(global_scale),
-                        convention, recipe, layout, _arrays.stream_handle(stream, place))
+    _ext.quantize_nvfp4(
+        _arrays.export(x),
+        _arrays.export(packed),
+        _arrays.export(scales),
+        float(global_scale),
+        convention,
+        recipe,
+        layout,
+        _arrays.stream_handle(stream, place),
+    )
     return packed, scales
 
 
@@ -143,8 +153,15 @@ def dequantize_nvfp4(packed, scales, global_scale: float, convention: str, *, la
     if len(shape) == 0:
         raise InvalidArgumentError("packed is a 0-d array; expected [rows, cols/2]")
     out = _arrays.empty(packed, place, shape[:-1] + (2 * shape[-1],), "float32")
-    _ext.dequantize_nvfp4(_arrays.export(packed), _arrays.export(_arrays.as_bytes(scales)), _arrays.export(out),
-                          float(global_scale), convention, layout, _arrays.stream_handle(stream, place))
+    _ext.dequantize_nvfp4(
+        _arrays.export(packed),
+        _arrays.export(_arrays.as_bytes(scales)),
+        _arrays.export(out),
+        float(global_scale),
+        convention,
+        layout,
+        _arrays.stream_handle(stream, place),
+    )
     return out
 
 
@@ -158,12 +175,14 @@ def quantize_mxfp4(x, *, stream=None):
         raise InvalidArgumentError("x is a 0-d array; expected [rows, cols] (or [..., cols])")
     cols = shape[-1]
     if cols % 32 != 0:
-        raise InvalidArgumentError(f"x: last dimension = {cols} must be a positive multiple of 32 (the MXFP4 "
-                                   "block size)")
+        raise InvalidArgumentError(
+            f"x: last dimension = {cols} must be a positive multiple of 32 (the MXFP4 block size)"
+        )
     packed = _arrays.empty(x, place, shape[:-1] + (cols // 2,), "uint8")
     scales = _arrays.empty(x, place, shape[:-1] + (cols // 32,), "uint8")
-    _ext.quantize_mxfp4(_arrays.export(x), _arrays.export(packed), _arrays.export(scales),
-                        _arrays.stream_handle(stream, place))
+    _ext.quantize_mxfp4(
+        _arrays.export(x), _arrays.export(packed), _arrays.export(scales), _arrays.stream_handle(stream, place)
+    )
     return packed, scales
 
 
@@ -174,8 +193,12 @@ def dequantize_mxfp4(packed, scales, *, stream=None):
     if len(shape) == 0:
         raise InvalidArgumentError("packed is a 0-d array; expected [rows, cols/2]")
     out = _arrays.empty(packed, place, shape[:-1] + (2 * shape[-1],), "float32")
-    _ext.dequantize_mxfp4(_arrays.export(packed), _arrays.export(_arrays.as_bytes(scales)), _arrays.export(out),
-                          _arrays.stream_handle(stream, place))
+    _ext.dequantize_mxfp4(
+        _arrays.export(packed),
+        _arrays.export(_arrays.as_bytes(scales)),
+        _arrays.export(out),
+        _arrays.stream_handle(stream, place),
+    )
     return out
 
 
@@ -185,8 +208,9 @@ def swizzle_scales(linear, *, stream=None):
     place = _arrays.place_of(linear, "linear")
     shape = _arrays.shape_of(linear, "linear", ndim=2)
     out = _arrays.empty(linear, place, (_round_up(shape[0], 128), _round_up(shape[1], 4)), "uint8")
-    _ext.swizzle_scales(_arrays.export(_arrays.as_bytes(linear)), _arrays.export(out),
-                        _arrays.stream_handle(stream, place))
+    _ext.swizzle_scales(
+        _arrays.export(_arrays.as_bytes(linear)), _arrays.export(out), _arrays.stream_handle(stream, place)
+    )
     return out
 
 
@@ -194,11 +218,13 @@ def unswizzle_scales(swizzled, rows: int, num_scale_cols: int, *, stream=None):
     """The inverse of swizzle_scales: [rows, num_scale_cols] linear scales."""
     place = _arrays.place_of(swizzled, "swizzled")
     if rows < 0 or num_scale_cols <= 0:
-        raise InvalidArgumentError(f"rows = {rows}, num_scale_cols = {num_scale_cols}: need rows >= 0 and "
-                                   "num_scale_cols > 0")
+        raise InvalidArgumentError(
+            f"rows = {rows}, num_scale_cols = {num_scale_cols}: need rows >= 0 and num_scale_cols > 0"
+        )
     out = _arrays.empty(swizzled, place, (rows, num_scale_cols), "uint8")
-    _ext.unswizzle_scales(_arrays.export(_arrays.as_bytes(swizzled)), _arrays.export(out),
-                          _arrays.stream_handle(stream, place))
+    _ext.unswizzle_scales(
+        _arrays.export(_arrays.as_bytes(swizzled)), _arrays.export(out), _arrays.stream_handle(stream, place)
+    )
     return out
 
 
@@ -237,13 +263,20 @@ def route(router_logits, config=None, *, correction_bias=None, stream=None, **fi
     ids = _arrays.empty(router_logits, place, (shape[0], config.top_k), "int32")
     weights = _arrays.empty(router_logits, place, (shape[0], config.top_k), "float32")
     bias = None if correction_bias is None else _arrays.export(correction_bias)
-    _ext.route(config, _arrays.export(router_logits), bias, _arrays.export(ids), _arrays.export(weights),
-               _arrays.stream_handle(stream, place))
+    _ext.route(
+        config,
+        _arrays.export(router_logits),
+        bias,
+        _arrays.export(ids),
+        _arrays.export(weights),
+        _arrays.stream_handle(stream, place),
+    )
     return ids, weights
 
 
-def random_weights(problem: Problem, seed: int = 0, *, ep_rank: int = 0, ep_size: int = 1, tp_rank: int = 0,
-                   tp_size: int = 1) -> dict:
+def random_weights(
+    problem: Problem, seed: int = 0, *, ep_rank: int = 0, ep_size: int = 1, tp_rank: int = 0, tp_size: int = 1
+) -> dict:
     """The deterministic random weights of MoE.dummy(problem, seed) as NumPy arrays in the checkpoint
     layout (the keys of MoE's `weights`), sharded like a layer with these parallel options."""
     return _ext.random_weights(problem, int(seed), ep_rank, ep_size, tp_rank, tp_size)
@@ -254,10 +287,12 @@ def random_weights(problem: Problem, seed: int = 0, *, ep_rank: int = 0, ep_size
 # Accepted names -> the canonical names of C++ MoeWeightsView (include/fp4moe/moe.h). Global scales
 # in the decode convention (ModelOpt weight_scale_2 / input_scale) are taken as they are.
 _ALIASES = {
-    "w13_weight": "w13", "w13_weight_packed": "w13",
+    "w13_weight": "w13",
+    "w13_weight_packed": "w13",
     "w13_weight_scale": "w13_scale",
     "w13_weight_scale_2": "w13_scale_2",
-    "w2_weight": "w2", "w2_weight_packed": "w2",
+    "w2_weight": "w2",
+    "w2_weight_packed": "w2",
     "w2_weight_scale": "w2_scale",
     "w2_weight_scale_2": "w2_scale_2",
     "w13_input_scale": "a13_scale_2",
@@ -361,11 +396,25 @@ class MoE:
     tune_file: GPU only, config choices measured by ``fp4moe-bench --tune FILE`` on this GPU.
     """
 
-    def __init__(self, problem: Problem, weights, *, device=None, path: str = "auto", tune_file=None,
-                 ep_rank: int = 0, ep_size: int = 1, tp_rank: int = 0, tp_size: int = 1, _layer=None):
+    def __init__(
+        self,
+        problem: Problem,
+        weights,
+        *,
+        device=None,
+        path: str = "auto",
+        tune_file=None,
+        ep_rank: int = 0,
+        ep_size: int = 1,
+        tp_rank: int = 0,
+        tp_size: int = 1,
+        _layer=None,
+    ):
         if not isinstance(problem, Problem):
-            raise InvalidArgumentError(f"problem is a {type(problem).__name__}; expected fp4moe.Problem "
-                                       "(fp4moe.preset(name) or fp4moe.Problem(**fields))")
+            raise InvalidArgumentError(
+                f"problem is a {type(problem).__name__}; expected fp4moe.Problem "
+                "(fp4moe.preset(name) or fp4moe.Problem(**fields))"
+            )
         if _layer is None:
             canonical = _canonical_weights(weights)
             if device is None:
@@ -376,8 +425,9 @@ class MoE:
                 kind, index = ("cuda", place.index) if place.cuda else ("cpu", 0)
             else:
                 kind, index = _parse_device(device)
-            _layer = _ext.Layer.from_weights(problem, canonical, kind, index, ep_rank, ep_size, tp_rank, tp_size,
-                                             path, str(tune_file or ""))
+            _layer = _ext.Layer.from_weights(
+                problem, canonical, kind, index, ep_rank, ep_size, tp_rank, tp_size, path, str(tune_file or "")
+            )
         self._layer = _layer
         self._problem = _layer.problem
         self._cuda = _layer.device != "cpu"
@@ -385,21 +435,45 @@ class MoE:
         _layers[self._id] = self
 
     @classmethod
-    def dummy(cls, problem: Problem, seed: int = 0, *, device="cuda", path: str = "auto", tune_file=None,
-              ep_rank: int = 0, ep_size: int = 1, tp_rank: int = 0, tp_size: int = 1) -> "MoE":
+    def dummy(
+        cls,
+        problem: Problem,
+        seed: int = 0,
+        *,
+        device="cuda",
+        path: str = "auto",
+        tune_file=None,
+        ep_rank: int = 0,
+        ep_size: int = 1,
+        tp_rank: int = 0,
+        tp_size: int = 1,
+    ) -> "MoE":
         """A layer with the deterministic random weights of random_weights(problem, seed), generated
         on the device without a host copy (device='cuda') or on the host (device='cpu')."""
         if not isinstance(problem, Problem):
             raise InvalidArgumentError(f"problem is a {type(problem).__name__}; expected fp4moe.Problem")
         kind, index = _parse_device(device)
-        layer = _ext.Layer.dummy(problem, int(seed), kind, index, ep_rank, ep_size, tp_rank, tp_size, path,
-                                 str(tune_file or ""))
+        layer = _ext.Layer.dummy(
+            problem, int(seed), kind, index, ep_rank, ep_size, tp_rank, tp_size, path, str(tune_file or "")
+        )
         return cls(problem, None, _layer=layer)
 
     @classmethod
-    def from_checkpoint(cls, checkpoint, layer: int, *, device="cuda", path: str = "auto", tune_file=None,
-                        mode: str = "w4a16", max_tokens: int = 8192, ep_rank: int = 0, ep_size: int = 1,
-                        tp_rank: int = 0, tp_size: int = 1) -> "MoE":
+    def from_checkpoint(
+        cls,
+        checkpoint,
+        layer: int,
+        *,
+        device="cuda",
+        path: str = "auto",
+        tune_file=None,
+        mode: str = "w4a16",
+        max_tokens: int = 8192,
+        ep_rank: int = 0,
+        ep_size: int = 1,
+        tp_rank: int = 0,
+        tp_size: int = 1,
+    ) -> "MoE":
         """The routed experts of transformer layer `layer` of a quantized checkpoint directory (a path
         or an fp4moe.Checkpoint): ModelOpt or compressed-tensors NVFP4, gpt-oss MXFP4; DeepSeek-V3,
         Qwen3-MoE, Mixtral, Llama-4, gpt-oss (include/fp4moe/checkpoint.h). Only this rank's experts
@@ -409,8 +483,17 @@ class MoE:
             checkpoint = Checkpoint(str(checkpoint))
         problem = checkpoint.problem.replace(mode=mode, max_tokens=int(max_tokens))
         weights, _ = checkpoint.load_layer(int(layer), ep_rank, ep_size, tp_rank, tp_size)
-        return cls(problem, weights, device=device, path=path, tune_file=tune_file, ep_rank=ep_rank,
-                   ep_size=ep_size, tp_rank=tp_rank, tp_size=tp_size)
+        return cls(
+            problem,
+            weights,
+            device=device,
+            path=path,
+            tune_file=tune_file,
+            ep_rank=ep_rank,
+            ep_size=ep_size,
+            tp_rank=tp_rank,
+            tp_size=tp_size,
+        )
 
     # -- properties --
     @property
@@ -458,8 +541,7 @@ class MoE:
         return f"MoE({self._problem.name!r}, device={self.device!r}, path={self.kernel_info(1)['path']!r})"
 
     # -- forward --
-    def forward(self, hidden_states, router_logits=None, *, topk_ids=None, topk_weights=None, out=None,
-                stream=None):
+    def forward(self, hidden_states, router_logits=None, *, topk_ids=None, topk_weights=None, out=None, stream=None):
         """The layer on hidden_states [T, H] with router_logits [T, E] (float32 or bfloat16), or with
         precomputed routing topk_ids int32 [T, k] and topk_weights float32 [T, k].
 
@@ -480,18 +562,27 @@ class MoE:
     def _forward(self, hidden_states, router_logits, topk_ids, topk_weights, out, stream):
         place = _arrays.place_of(hidden_states, "hidden_states")
         shape = _arrays.shape_of(hidden_states, "hidden_states", ndim=2)
-        for name, value in (("router_logits", router_logits), ("topk_ids", topk_ids),
-                            ("topk_weights", topk_weights), ("out", out)):
+        for name, value in (
+            ("router_logits", router_logits),
+            ("topk_ids", topk_ids),
+            ("topk_weights", topk_weights),
+            ("out", out),
+        ):
             if value is not None:
                 _arrays.place_of(value, name)  # a clear error for non-arrays
         if out is None:
-            out = _arrays.empty(hidden_states, place, (shape[0], self._problem.hidden_size),
-                                "bfloat16" if place.cuda else "float32")
+            out = _arrays.empty(
+                hidden_states, place, (shape[0], self._problem.hidden_size), "bfloat16" if place.cuda else "float32"
+            )
         exp = _arrays.export
-        self._layer.forward(exp(hidden_states), None if router_logits is None else exp(router_logits),
-                            None if topk_ids is None else exp(topk_ids),
-                            None if topk_weights is None else exp(topk_weights), exp(out),
-                            _arrays.stream_handle(stream, place))
+        self._layer.forward(
+            exp(hidden_states),
+            None if router_logits is None else exp(router_logits),
+            None if topk_ids is None else exp(topk_ids),
+            None if topk_weights is None else exp(topk_weights),
+            exp(out),
+            _arrays.stream_handle(stream, place),
+        )
         return out
 
 

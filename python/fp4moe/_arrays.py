@@ -68,12 +68,14 @@ def place_of(x, name: str) -> Place:
         if int(device_type) in _DLPACK_CUDA:
             return Place(True, int(device_id))
         raise _ext.InvalidArgumentError(
-            f"{name} is on DLPack device type {int(device_type)}; fp4moe takes CPU or CUDA arrays")
+            f"{name} is on DLPack device type {int(device_type)}; fp4moe takes CPU or CUDA arrays"
+        )
     if hasattr(x, "__array_interface__") or hasattr(x, "__buffer__"):
         return Place(False)
     raise _ext.InvalidArgumentError(
         f"{name} is a {type(x).__module__}.{type(x).__qualname__}, not an array "
-        "(pass a NumPy array, a PyTorch tensor or any DLPack array)")
+        "(pass a NumPy array, a PyTorch tensor or any DLPack array)"
+    )
 
 
 def shape_of(x, name: str, ndim: int | None = None) -> tuple:
@@ -124,7 +126,8 @@ def stream_handle(stream, place: Place) -> int:
     if isinstance(stream, int) and not isinstance(stream, bool) and stream >= 0:
         return stream
     raise _ext.InvalidArgumentError(
-        f"stream = {stream!r} is not a CUDA stream handle (an int >= 0, a torch.cuda.Stream or a cupy Stream)")
+        f"stream = {stream!r} is not a CUDA stream handle (an int >= 0, a torch.cuda.Stream or a cupy Stream)"
+    )
 
 
 def host_float32(x, name: str) -> np.ndarray:
@@ -133,7 +136,9 @@ def host_float32(x, name: str) -> np.ndarray:
         return x.detach().to(device="cpu", dtype=torch.float32).numpy()
     place = place_of(x, name)
     if place.cuda:
-        raise _ext.InvalidArgumentError(f"{name} is a device array of a framework fp4moe cannot copy; pass it on the host")
+        raise _ext.InvalidArgumentError(
+            f"{name} is a device array of a framework fp4moe cannot copy; pass it on the host"
+        )
     return np.asarray(x, dtype=np.float32)
 
 

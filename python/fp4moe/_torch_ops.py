@@ -26,8 +26,13 @@ def _out_dtype(hidden_states: torch.Tensor) -> torch.dtype:
 
 
 @torch.library.custom_op("fp4moe::moe_forward", mutates_args=())
-def moe_forward(layer_id: int, hidden_states: torch.Tensor, router_logits: Optional[torch.Tensor],
-                topk_ids: Optional[torch.Tensor], topk_weights: Optional[torch.Tensor]) -> torch.Tensor:
+def moe_forward(
+    layer_id: int,
+    hidden_states: torch.Tensor,
+    router_logits: Optional[torch.Tensor],
+    topk_ids: Optional[torch.Tensor],
+    topk_weights: Optional[torch.Tensor],
+) -> torch.Tensor:
     from . import _layer_by_id
 
     return _layer_by_id(layer_id)._forward(hidden_states, router_logits, topk_ids, topk_weights, None, None)
@@ -41,5 +46,6 @@ def _moe_forward_fake(layer_id, hidden_states, router_logits, topk_ids, topk_wei
     if hidden_states.dim() != 2 or hidden_states.shape[1] != problem.hidden_size:
         raise _ext.InvalidArgumentError(
             f"hidden_states has shape {list(hidden_states.shape)}; expected [num_tokens, hidden_size = "
-            f"{problem.hidden_size}]")
+            f"{problem.hidden_size}]"
+        )
     return hidden_states.new_empty((hidden_states.shape[0], problem.hidden_size), dtype=_out_dtype(hidden_states))

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "binding_args.h"
 #include "fp4moe/checkpoint.h"
 #include "fp4moe/format.h"
 #include "fp4moe/moe.h"
@@ -43,272 +44,6 @@ using namespace nb::literals;
 
 namespace fp4moe::py {
 namespace {
-
-// ---- Errors --------------------------------------------------------------------------------------
-
-// A non-ok Status on its way to Python; the translator below picks the exception class by code.
-struct StatusError : std::exception {
-  explicit StatusError(Status s) : status(std::move(s)) {}
-  const char* what() const noexcept override { return status.message().c_str(); }
-  Status status;
-};
-
-PyObject* g_error = nullptr;             // fp4moe.Fp4moeError(RuntimeError)
-PyObject* g_invalid_argument = nullptr;  // fp4moe.InvalidArgumentError(Fp4moeError, ValueError)
-PyObject* g_unsupported = nullptr;       // fp4moe.UnsupportedError(Fp4moeError, NotImplementedError)
-PyObject* g_cuda_error = nullptr;        // fp4moe.CudaError(Fp4moeError)
-PyObject* g_io_error = nullptr;          // fp4moe.IoError(Fp4moeError)
-
-void check(const Status& s) {
-  if (!s.ok()) throw StatusError(s);
-}
-
-template <typename... Args>
-[[noreturn]] void fail_invalid(const Args&... args) {
-  throw StatusError(invalid_argument(args...));
-}
-
-template <typename... Args>
-[[noreturn]] void fail_unsupported(const Args&... args) {
-  throw StatusError(unsupported(args...));
-}
-
-void raise_status(const Status& s) {
-  PyObject* cls = g_error;
-  if (s.code() == StatusCode::kInvalidArgument) cls = g_invalid_argument;
-  else if (s.code() == StatusCode::kUnsupported) cls = g_unsupported;
-  else if (s.code() == StatusCode::kCudaError) cls = g_cuda_error;
-  else if (s.code() == StatusCode::kIoError) cls = g_io_error;
-  PyObject* exc = PyObject_CallFunction(cls, "s", s.message().c_str());
-  if (!exc) return;  // the constructor raised; leave its error set
-  PyObject* code = PyUnicode_FromString(to_string(s.code()));
-  if (code) {
-    PyObject_SetAttrString(exc, "code", code);
-    Py_DECREF(code);
-  }
-  PyErr_SetObject(cls, exc);
-  Py_DECREF(exc);
-}
-
-#if FP4MOE_HAS_CUDA
-void check_cuda(cudaError_t e, const char* expr) {
-  if (e != cudaSuccess)
-    throw StatusError(Status(StatusCode::kCudaError, detail::concat(expr, ": ", cudaGetErrorString(e))));
-}
-#define FP4MOE_PY_CUDA(expr) check_cuda((expr), #expr)
-
-// Makes `device` current for the scope of a call and restores the caller's device afterwards.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    FP4MOE_PY_CUDA(cudaGetDevice(&previous_));
-    if (previous_ != device) FP4MOE_PY_CUDA(cudaSetDevice(device));
-  }
-  ~DeviceGuard() {
-    int now = -1;
-    if (cudaGetDevice(&now) == cudaSuccess && now != previous_) cudaSetDevice(previous_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = 0;
-};
-#endif
-
-// ---- Arrays --------------------------------------------------------------------------------------
-
-using InArray = nb::ndarray<nb::ro>;  // read through a const pointer; read-only arrays are fine
-using OutArray = nb::ndarray<>;       // written
-
-namespace dl = nb::dlpack;
-
-std::string dtype_name(dl::dtype t) {
-  const int bits = t.bits;
-  std::string base;
-  switch (static_cast<dl::dtype_code>(t.code)) {
-    case dl::dtype_code::Int: base = "int" + std::to_string(bits); break;
-    case dl::dtype_code::UInt: base = "uint" + std::to_string(bits); break;
-    case dl::dtype_code::Float: base = "float" + std::to_string(bits); break;
-    case dl::dtype_code::Bfloat: base = "bfloat" + std::to_string(bits); break;
-    case dl::dtype_code::Bool: base = "bool"; break;
-    case dl::dtype_code::Float8_E4M3FN: base = "float8_e4m3fn"; break;
-    case dl::dtype_code::Float8_E8M0FNU: base = "float8_e8m0fnu"; break;
-    case dl::dtype_code::Float8_E5M2: base = "float8_e5m2"; break;
-    case dl::dtype_code::Float4_E2M1FN: base = "float4_e2m1fn"; break;
-    default: base = "dtype(code=" + std::to_string(int(t.code)) + ", bits=" + std::to_string(bits) + ")"; break;
-  }
-  if (t.lanes != 1) base += "x" + std::to_string(t.lanes);
-  return base;
-}
-
-constexpr dl::dtype kF32{uint8_t(dl::dtype_code::Float), 32, 1};
-constexpr dl::dtype kBF16{uint8_t(dl::dtype_code::Bfloat), 16, 1};
-constexpr dl::dtype kU8{uint8_t(dl::dtype_code::UInt), 8, 1};
-constexpr dl::dtype kI32{uint8_t(dl::dtype_code::Int), 32, 1};
-constexpr dl::dtype kE4M3{uint8_t(dl::dtype_code::Float8_E4M3FN), 8, 1};
-constexpr dl::dtype kE8M0{uint8_t(dl::dtype_code::Float8_E8M0FNU), 8, 1};
-
-// Where an array lives. Pinned host memory (cuda_host) is host memory for the CPU code.
-struct Place {
-  bool cuda = false;
-  int device_id = 0;
-  bool operator==(const Place& o) const { return cuda == o.cuda && (!cuda || device_id == o.device_id); }
-  std::string str() const { return cuda ? "cuda:" + std::to_string(device_id) : "cpu"; }
-};
-
-template <typename A>
-Place place_of(const char* name, const A& a) {
-  switch (a.device_type()) {
-    case nb::device::cpu::value:
-    case nb::device::cuda_host::value:
-      return {false, 0};
-    case nb::device::cuda::value:
-    case nb::device::cuda_managed::value:
-      return {true, a.device_id()};
-    default:
-      fail_invalid(name, " is on DLPack device type ", a.device_type(), "; fp4moe takes CPU or CUDA arrays");
-  }
-}
-
-template <typename A>
-std::string shape_str(const A& a) {
-  std::ostringstream os;
-  os << "[";
-  for (size_t i = 0; i < a.ndim(); ++i) os << (i ? ", " : "") << a.shape(i);
-  os << "]";
-  return os.str();
-}
-
-// An expected extent: a fixed value (>= 0) or any (kAny), named for the error message.
-constexpr int64_t kAny = -1;
-struct Dim {
-  const char* name;
-  int64_t value;
-};
-
-std::string dims_str(const std::vector<Dim>& dims) {
-  std::ostringstream os;
-  os << "[";
-  for (size_t i = 0; i < dims.size(); ++i) {
-    os << (i ? ", " : "") << dims[i].name;
-    if (dims[i].value != kAny) os << " = " << dims[i].value;
-  }
-  os << "]";
-  return os.str();
-}
-
-template <typename A>
-void check_contiguous(const char* name, const A& a) {
-  if (a.size() == 0) return;  // no element to address: any strides will do
-  int64_t expected = 1;
-  for (int i = int(a.ndim()) - 1; i >= 0; --i) {
-    if (a.shape(i) != 1 && a.stride(i) != expected) {
-      std::ostringstream strides;
-      for (size_t j = 0; j < a.ndim(); ++j) strides << (j ? ", " : "") << a.stride(j);
-      fail_invalid(name, " is not C-contiguous (shape ", shape_str(a), ", strides [", strides.str(),
-                   "] in elements); pass a contiguous array (.contiguous(), numpy.ascontiguousarray)");
-    }
-    expected *= int64_t(a.shape(i));
-  }
-}
-
-template <typename A>
-void check_dtype(const char* name, const A& a, std::initializer_list<dl::dtype> allowed) {
-  for (const dl::dtype& t : allowed)
-    if (a.dtype() == t) return;
-  std::string list;
-  for (const dl::dtype& t : allowed) list += (list.empty() ? "" : " or ") + dtype_name(t);
-  fail_invalid(name, " has dtype ", dtype_name(a.dtype()), "; expected ", list);
-}
-
-template <typename A>
-void check_shape(const char* name, const A& a, const std::vector<Dim>& dims) {
-  bool ok = a.ndim() == dims.size();
-  for (size_t i = 0; ok && i < dims.size(); ++i) ok = dims[i].value == kAny || int64_t(a.shape(i)) == dims[i].value;
-  if (!ok) fail_invalid(name, " has shape ", shape_str(a), "; expected ", dims_str(dims));
-}
-
-// All checks of one array; returns where it lives.
-template <typename A>
-Place check_array(const char* name, const A& a, std::initializer_list<dl::dtype> dtypes, const std::vector<Dim>& dims) {
-  const Place place = place_of(name, a);
-  check_dtype(name, a, dtypes);
-  check_shape(name, a, dims);
-  check_contiguous(name, a);
-  return place;
-}
-
-void check_same_place(const char* name, const Place& got, const char* ref_name, const Place& want) {
-  if (!(got == want))
-    fail_invalid(name, " is on ", got.str(), " but ", ref_name, " is on ", want.str(),
-                 "; all arrays of a call must be on one device");
-}
-
-#if FP4MOE_HAS_CUDA
-cudaStream_t as_stream(uintptr_t handle) { return reinterpret_cast<cudaStream_t>(handle); }
-#endif
-
-[[noreturn, maybe_unused]] void fail_no_cuda(const char* what) {
-  fail_unsupported(what, ": this fp4moe build has no CUDA support (FP4MOE_ENABLE_CUDA=OFF); pass CPU arrays");
-}
-
-// ---- Enum names ----------------------------------------------------------------------------------
-
-GlobalScaleConvention parse_convention(const std::string& s) {
-  if (s == "encode") return GlobalScaleConvention::kEncode;
-  if (s == "decode") return GlobalScaleConvention::kDecode;
-  fail_invalid("convention = '", s,
-               "' is not one of: encode (gs = 2688/amax: vLLM, FlashInfer, compressed-tensors *_global_scale), "
-               "decode (s2 = amax/2688: ModelOpt weight_scale_2, input_scale)");
-}
-
-ScaleLayout parse_layout(const std::string& s) {
-  if (s == "linear") return ScaleLayout::kLinear;
-  if (s == "swizzled" || s == "swizzled128x4") return ScaleLayout::kSwizzled128x4;
-  fail_invalid("layout = '", s, "' is not one of: linear, swizzled (alias swizzled128x4)");
-}
-
-Nvfp4Recipe parse_recipe_name(const std::string& s) {
-  Nvfp4Recipe r;
-  check(parse_recipe(s.c_str(), &r));
-  return r;
-}
-
-const char* method_name(RoutingMethod m) {
-  switch (m) {
-    case RoutingMethod::kSoftmaxTopK: return "softmax_topk";
-    case RoutingMethod::kDeepSeekV3: return "deepseek_v3";
-    case RoutingMethod::kLlama4: return "llama4";
-    case RoutingMethod::kTopKSoftmax: return "topk_softmax";
-  }
-  return "unknown";
-}
-
-RoutingMethod parse_method(const std::string& s) {
-  for (RoutingMethod m : {RoutingMethod::kSoftmaxTopK, RoutingMethod::kDeepSeekV3, RoutingMethod::kLlama4,
-                          RoutingMethod::kTopKSoftmax})
-    if (s == method_name(m) || s == to_string(m)) return m;
-  fail_invalid("routing method = '", s, "' is not one of: softmax_topk, deepseek_v3, llama4, topk_softmax");
-}
-
-Activation parse_activation(const std::string& s) {
-  if (s == "swiglu") return Activation::kSwiGLU;
-  if (s == "gpt-oss" || s == "gpt_oss") return Activation::kGptOss;
-  fail_invalid("activation = '", s, "' is not one of: swiglu, gpt-oss");
-}
-
-WeightFormat parse_format(const std::string& s) {
-  if (s == "nvfp4") return WeightFormat::kNvfp4;
-  if (s == "mxfp4") return WeightFormat::kMxfp4;
-  fail_invalid("weight_format = '", s, "' is not one of: nvfp4, mxfp4");
-}
-
-Mode parse_mode_name(const std::string& s) {
-  Mode m;
-  check(parse_mode(s, &m));
-  return m;
-}
 
 // ---- Codec ---------------------------------------------------------------------------------------
 
@@ -467,8 +202,7 @@ void convert_scales(bool to_swizzled, InArray src, OutArray dst, uintptr_t strea
   const char* src_name = to_swizzled ? linear_name : swizzled_name;
   const char* dst_name = to_swizzled ? swizzled_name : linear_name;
   const Place ps = check_array(src_name, src, {kU8, kE4M3}, to_swizzled ? lin_dims : swz_dims);
-  check_same_place(dst_name, check_array(dst_name, dst, {kU8, kE4M3}, to_swizzled ? swz_dims : lin_dims), src_name,
-                   ps);
+  check_same_place(dst_name, check_array(dst_name, dst, {kU8, kE4M3}, to_swizzled ? swz_dims : lin_dims), src_name, ps);
   const auto* a = static_cast<const uint8_t*>(src.data());
   auto* b = static_cast<uint8_t*>(dst.data());
   if (!ps.cuda) {
@@ -490,22 +224,20 @@ void route(const RoutingConfig& config, InArray logits, std::optional<InArray> c
            OutArray topk_weights, uintptr_t stream) {
   check(validate(config));
   if (logits.ndim() != 2)
-    fail_invalid("router_logits has shape ", shape_str(logits), "; expected [num_tokens, num_experts = ",
-                 config.num_experts, "]");
+    fail_invalid("router_logits has shape ", shape_str(logits),
+                 "; expected [num_tokens, num_experts = ", config.num_experts, "]");
   const int64_t T = int64_t(logits.shape(0));
   const int E = config.num_experts, K = config.top_k;
   const Place pl = check_array("router_logits", logits, {kF32, kBF16}, {{"num_tokens", T}, {"num_experts", E}});
   check_same_place("topk_ids", check_array("topk_ids", topk_ids, {kI32}, {{"num_tokens", T}, {"top_k", K}}),
                    "router_logits", pl);
-  check_same_place("topk_weights",
-                   check_array("topk_weights", topk_weights, {kF32}, {{"num_tokens", T}, {"top_k", K}}),
+  check_same_place("topk_weights", check_array("topk_weights", topk_weights, {kF32}, {{"num_tokens", T}, {"top_k", K}}),
                    "router_logits", pl);
   RoutingArgs args;
   if (correction_bias) {
     if (config.method != RoutingMethod::kDeepSeekV3)
       fail_invalid("correction_bias is only used by routing method deepseek_v3, not ", method_name(config.method));
-    check_same_place("correction_bias",
-                     check_array("correction_bias", *correction_bias, {kF32}, {{"num_experts", E}}),
+    check_same_place("correction_bias", check_array("correction_bias", *correction_bias, {kF32}, {{"num_experts", E}}),
                      "router_logits", pl);
     args.correction_bias = static_cast<const float*>(correction_bias->data());
   } else if (config.method == RoutingMethod::kDeepSeekV3) {
@@ -547,6 +279,9 @@ HostBytes host_bytes(const char* name, const InArray& a, const Place& place) {
 #if FP4MOE_HAS_CUDA
   h.copy.resize(a.nbytes());
   DeviceGuard guard(place.device_id);
+  // NOTE: the producer may have written the array on any stream (a non-blocking one does not order
+  // with cudaMemcpy's legacy stream): wait for the whole device. Creation only, never in a forward.
+  FP4MOE_PY_CUDA(cudaDeviceSynchronize());
   FP4MOE_PY_CUDA(cudaMemcpy(h.copy.data(), a.data(), a.nbytes(), cudaMemcpyDeviceToHost));
   h.data = h.copy.data();
   return h;
@@ -600,7 +335,10 @@ WeightArrays read_weights(const MoeProblem& p, const ShardDims& sd, nb::dict wei
   };
   const std::vector<Spec> specs = {
       {"w13", Kind::kCodes, Need::kAlways, {{"experts", El}, {"2*intermediate", 2 * Il}, {"hidden/2", H / 2}}},
-      {"w13_scale", Kind::kScales, Need::kAlways, {{"experts", El}, {"2*intermediate", 2 * Il}, {"hidden/block", H / bs}}},
+      {"w13_scale",
+       Kind::kScales,
+       Need::kAlways,
+       {{"experts", El}, {"2*intermediate", 2 * Il}, {"hidden/block", H / bs}}},
       {"w13_scale_2", Kind::kF32, Need::kNvfp4, {{"experts", El}}},
       {"w2", Kind::kCodes, Need::kAlways, {{"experts", El}, {"hidden", H}, {"intermediate/2", Il / 2}}},
       {"w2_scale", Kind::kScales, Need::kAlways, {{"experts", El}, {"hidden", H}, {"intermediate/block", Il / bs}}},
@@ -737,8 +475,7 @@ nb::dict weights_to_numpy(const MoeProblem& p, HostMoeWeights&& w) {
   if (!w.w2_bias.empty()) d["w2_bias"] = numpy_from(std::move(w.w2_bias), {El, H});
   if (!w.a13_scale_2.empty()) d["a13_scale_2"] = numpy_from(std::move(w.a13_scale_2), {El});
   if (!w.a2_scale_2.empty()) d["a2_scale_2"] = numpy_from(std::move(w.a2_scale_2), {El});
-  if (!w.routing_bias.empty())
-    d["routing_bias"] = numpy_from(std::move(w.routing_bias), {size_t(p.num_experts())});
+  if (!w.routing_bias.empty()) d["routing_bias"] = numpy_from(std::move(w.routing_bias), {size_t(p.num_experts())});
   return d;
 }
 
@@ -826,7 +563,8 @@ class Layer {
       if (place_.cuda)
         fail_invalid("hidden_states is on ", ph.str(), " but this MoE lives on ", place_.str(),
                      "; move the inputs there, or create the MoE with device='cpu' to run the CPU reference");
-      fail_invalid("hidden_states is on ", ph.str(), " but this MoE lives on cpu (the CPU reference); "
+      fail_invalid("hidden_states is on ", ph.str(),
+                   " but this MoE lives on cpu (the CPU reference); "
                    "create it with device='cuda' to run on the GPU");
     }
     // The GPU layer reads bf16; the CPU reference also takes float32 (rounded to bf16 first) and
@@ -834,12 +572,12 @@ class Layer {
     const dl::dtype act = place_.cuda ? kBF16 : kF32;
     if (place_.cuda) check_array("hidden_states", hidden, {kBF16}, {{"num_tokens", T}, {"hidden_size", H}});
     else check_array("hidden_states", hidden, {kF32, kBF16}, {{"num_tokens", T}, {"hidden_size", H}});
-    check_same_place("out", check_array("out", out, {act}, {{"num_tokens", T}, {"hidden_size", H}}),
-                     "hidden_states", ph);
+    check_same_place("out", check_array("out", out, {act}, {{"num_tokens", T}, {"hidden_size", H}}), "hidden_states",
+                     ph);
     if (logits && (topk_ids || topk_weights))
       fail_invalid("give router_logits or (topk_ids and topk_weights), not both");
     if (!logits && !(topk_ids && topk_weights))
-      fail_invalid(topk_ids   ? "topk_ids given without topk_weights"
+      fail_invalid(topk_ids       ? "topk_ids given without topk_weights"
                    : topk_weights ? "topk_weights given without topk_ids"
                                   : "give router_logits or (topk_ids and topk_weights); got neither");
     if (logits)
@@ -933,7 +671,8 @@ class Layer {
     layer->dims_ = shard_dims(problem, layer->shard_);
     if (device == "cpu") {
       if (path != "auto" && path != "reference")
-        fail_invalid("path = '", path, "' is a GPU kernel path; a CPU MoE runs the reference (path 'auto' or "
+        fail_invalid("path = '", path,
+                     "' is a GPU kernel path; a CPU MoE runs the reference (path 'auto' or "
                      "'reference')");
       if (!tune_file.empty())
         fail_invalid("tune_file = '", tune_file, "' tunes the GPU kernels; a CPU MoE runs the reference");
@@ -1140,8 +879,8 @@ T cast_field(const char* name, nb::handle v) {
 const std::vector<Field>& problem_fields() {
   static const std::vector<Field> fields = [] {
     std::vector<Field> f;
-#define FP4MOE_FIELD(NAME, TYPE, EXPR)                                                      \
-  f.push_back({#NAME, [](const MoeProblem& p) { return nb::cast(TYPE(p.EXPR)); },           \
+#define FP4MOE_FIELD(NAME, TYPE, EXPR)                                            \
+  f.push_back({#NAME, [](const MoeProblem& p) { return nb::cast(TYPE(p.EXPR)); }, \
                [](MoeProblem& p, nb::handle v) { p.EXPR = cast_field<TYPE>(#NAME, v); }})
     FP4MOE_FIELD(name, std::string, name);
     FP4MOE_FIELD(hidden_size, int64_t, hidden_size);
@@ -1157,7 +896,9 @@ const std::vector<Field>& problem_fields() {
     FP4MOE_FIELD(topk_groups, int, routing.topk_groups);
     FP4MOE_FIELD(routed_scaling_factor, float, routing.routed_scaling_factor);
     f.push_back({"activation", [](const MoeProblem& p) { return nb::cast(to_string(p.activation)); },
-                 [](MoeProblem& p, nb::handle v) { p.activation = parse_activation(cast_field<std::string>("activation", v)); }});
+                 [](MoeProblem& p, nb::handle v) {
+                   p.activation = parse_activation(cast_field<std::string>("activation", v));
+                 }});
     FP4MOE_FIELD(has_bias, bool, has_bias);
     f.push_back({"weight_format", [](const MoeProblem& p) { return nb::cast(to_string(p.weight_format)); },
                  [](MoeProblem& p, nb::handle v) {
@@ -1241,14 +982,13 @@ NB_MODULE(_ext, m) {
                                       "its status code name.",
                                       PyExc_RuntimeError, nullptr);
   PyObject* invalid_bases = PyTuple_Pack(2, g_error, PyExc_ValueError);
-  g_invalid_argument = PyErr_NewExceptionWithDoc(
-      "fp4moe.InvalidArgumentError", "A caller-supplied value is wrong (shape, dtype, device, range).",
-      invalid_bases, nullptr);
+  g_invalid_argument = PyErr_NewExceptionWithDoc("fp4moe.InvalidArgumentError",
+                                                 "A caller-supplied value is wrong (shape, dtype, device, range).",
+                                                 invalid_bases, nullptr);
   Py_DECREF(invalid_bases);
   PyObject* unsupported_bases = PyTuple_Pack(2, g_error, PyExc_NotImplementedError);
-  g_unsupported = PyErr_NewExceptionWithDoc("fp4moe.UnsupportedError",
-                                            "A valid request this build or device cannot serve.",
-                                            unsupported_bases, nullptr);
+  g_unsupported = PyErr_NewExceptionWithDoc(
+      "fp4moe.UnsupportedError", "A valid request this build or device cannot serve.", unsupported_bases, nullptr);
   Py_DECREF(unsupported_bases);
   g_cuda_error = PyErr_NewExceptionWithDoc("fp4moe.CudaError", "A CUDA runtime call failed.", g_error, nullptr);
   g_io_error = PyErr_NewExceptionWithDoc("fp4moe.IoError", "A file system or file format problem (checkpoints).",
@@ -1273,15 +1013,16 @@ NB_MODULE(_ext, m) {
   m.def("device_empty", &device_empty, "shape"_a, "dtype"_a, "device_id"_a);
 
   // ---- Formats ----
-  m.def("quantize_nvfp4", &quantize_nvfp4, "x"_a, "packed"_a, "scales"_a, "global_scale"_a, "convention"_a,
-        "recipe"_a, "layout"_a, "stream"_a);
+  m.def("quantize_nvfp4", &quantize_nvfp4, "x"_a, "packed"_a, "scales"_a, "global_scale"_a, "convention"_a, "recipe"_a,
+        "layout"_a, "stream"_a);
   m.def("dequantize_nvfp4", &dequantize_nvfp4, "packed"_a, "scales"_a, "out"_a, "global_scale"_a, "convention"_a,
         "layout"_a, "stream"_a);
   m.def("quantize_mxfp4", &quantize_mxfp4, "x"_a, "packed"_a, "scales"_a, "stream"_a);
   m.def("dequantize_mxfp4", &dequantize_mxfp4, "packed"_a, "scales"_a, "out"_a, "stream"_a);
   m.def(
-      "swizzle_scales", [](InArray linear, OutArray out, uintptr_t stream) { convert_scales(true, linear, out, stream); },
-      "linear"_a, "out"_a, "stream"_a);
+      "swizzle_scales",
+      [](InArray linear, OutArray out, uintptr_t stream) { convert_scales(true, linear, out, stream); }, "linear"_a,
+      "out"_a, "stream"_a);
   m.def(
       "unswizzle_scales",
       [](InArray swizzled, OutArray out, uintptr_t stream) { convert_scales(false, swizzled, out, stream); },
@@ -1313,8 +1054,8 @@ NB_MODULE(_ext, m) {
             c->topk_groups = topk_groups;
             c->routed_scaling_factor = routed_scaling_factor;
           },
-          "method"_a = "softmax_topk", "num_experts"_a = 0, "top_k"_a = 1, "renormalize"_a = false,
-          "num_groups"_a = 1, "topk_groups"_a = 1, "routed_scaling_factor"_a = 1.0f)
+          "method"_a = "softmax_topk", "num_experts"_a = 0, "top_k"_a = 1, "renormalize"_a = false, "num_groups"_a = 1,
+          "topk_groups"_a = 1, "routed_scaling_factor"_a = 1.0f)
       .def_prop_rw(
           "method", [](const RoutingConfig& c) { return std::string(method_name(c.method)); },
           [](RoutingConfig& c, const std::string& s) { c.method = parse_method(s); })
@@ -1341,10 +1082,13 @@ NB_MODULE(_ext, m) {
            })
       .def_rw("routing", &MoeProblem::routing)
       .def("validate", [](const MoeProblem& p) { check(validate(p)); })
-      .def("scaled", [](const MoeProblem& p, int factor) {
-             if (factor < 1) fail_invalid("factor = ", factor, " must be >= 1");
-             return scaled_preset(p, factor);
-           }, "factor"_a)
+      .def(
+          "scaled",
+          [](const MoeProblem& p, int factor) {
+            if (factor < 1) fail_invalid("factor = ", factor, " must be >= 1");
+            return scaled_preset(p, factor);
+          },
+          "factor"_a)
       .def("copy", [](const MoeProblem& p) { return p; })
       .def("replace",
            [](const MoeProblem& p, nb::kwargs kwargs) {
@@ -1357,22 +1101,20 @@ NB_MODULE(_ext, m) {
       .def_prop_ro("expert_weight_bytes", &MoeProblem::expert_weight_bytes)
       .def_prop_ro("flops_per_pair", &MoeProblem::flops_per_pair)
       .def("to_dict", &problem_dict)
-      .def("keys", [](const MoeProblem&) {
+      .def("keys",
+           [](const MoeProblem&) {
              std::vector<std::string> k;
              for (const Field& f : problem_fields()) k.push_back(f.name);
              return k;
            })
       .def("__getitem__", [](const MoeProblem& p, const std::string& key) { return find_field(key).get(p); })
       .def("__setitem__", [](MoeProblem& p, const std::string& key, nb::handle v) { find_field(key).set(p, v); })
-      .def("__eq__", [](const MoeProblem& a, const MoeProblem& b) {
-             return problem_dict(a).equal(problem_dict(b));
-           })
+      .def("__eq__", [](const MoeProblem& a, const MoeProblem& b) { return problem_dict(a).equal(problem_dict(b)); })
       .def("__repr__", &problem_repr);
   for (const Field& f : problem_fields()) {
     const Field* fp = &f;
     problem.def_prop_rw(
-        f.name, [fp](const MoeProblem& p) { return fp->get(p); },
-        [fp](MoeProblem& p, nb::handle v) { fp->set(p, v); });
+        f.name, [fp](const MoeProblem& p) { return fp->get(p); }, [fp](MoeProblem& p, nb::handle v) { fp->set(p, v); });
   }
   m.def("preset_names", &preset_names);
   m.def(
@@ -1383,15 +1125,15 @@ NB_MODULE(_ext, m) {
         return p;
       },
       "name"_a);
-  m.def("random_weights", &random_weights, "problem"_a, "seed"_a, "ep_rank"_a = 0, "ep_size"_a = 1,
-        "tp_rank"_a = 0, "tp_size"_a = 1);
+  m.def("random_weights", &random_weights, "problem"_a, "seed"_a, "ep_rank"_a = 0, "ep_size"_a = 1, "tp_rank"_a = 0,
+        "tp_size"_a = 1);
 
   // ---- Layer ----
   nb::class_<Layer>(m, "Layer")
       .def_static("from_weights", &Layer::from_weights, "problem"_a, "weights"_a, "device"_a, "device_id"_a,
                   "ep_rank"_a, "ep_size"_a, "tp_rank"_a, "tp_size"_a, "path"_a, "tune_file"_a)
-      .def_static("dummy", &Layer::dummy, "problem"_a, "seed"_a, "device"_a, "device_id"_a, "ep_rank"_a,
-                  "ep_size"_a, "tp_rank"_a, "tp_size"_a, "path"_a, "tune_file"_a)
+      .def_static("dummy", &Layer::dummy, "problem"_a, "seed"_a, "device"_a, "device_id"_a, "ep_rank"_a, "ep_size"_a,
+                  "tp_rank"_a, "tp_size"_a, "path"_a, "tune_file"_a)
       .def("forward", &Layer::forward, "hidden_states"_a, "router_logits"_a.none(), "topk_ids"_a.none(),
            "topk_weights"_a.none(), "out"_a, "stream"_a)
       .def("kernel_info", &Layer::kernel_info, "num_tokens"_a)
@@ -1410,6 +1152,6 @@ NB_MODULE(_ext, m) {
       .def_prop_ro("info", &CheckpointHandle::info)
       .def_prop_ro("problem", &CheckpointHandle::problem)
       .def_prop_ro("warnings", &CheckpointHandle::warnings)
-      .def("load_layer", &CheckpointHandle::load_layer, "layer"_a, "ep_rank"_a = 0, "ep_size"_a = 1,
-           "tp_rank"_a = 0, "tp_size"_a = 1);
+      .def("load_layer", &CheckpointHandle::load_layer, "layer"_a, "ep_rank"_a = 0, "ep_size"_a = 1, "tp_rank"_a = 0,
+           "tp_size"_a = 1);
 }

@@ -17,7 +17,7 @@ def _e4m3_positive_values():
     codes = np.arange(0x7F)
     exp, mant = codes >> 3, codes & 7
     normal = (1.0 + mant / 8.0) * np.exp2(exp - 7.0)
-    subnormal = mant / 8.0 * 2.0 ** -6
+    subnormal = mant / 8.0 * 2.0**-6
     return np.where(exp == 0, subnormal, normal)
 
 
@@ -196,6 +196,7 @@ def route(logits, method, top_k, renormalize=False, num_groups=1, topk_groups=1,
 def dequantize_expert(weights, problem, e):
     """Expert e's w13 [2I, H] and w2 [H, I] in float64, decoded here from the linear layout. The
     product e2m1 * scale * global scale is exact in fp64 (at most 2 + 4 + 24 significant bits)."""
+
     def decode(codes, scales, global_scale, bs, scale_decode):
         v = e2m1_decode(unpack_codes(codes)).astype(np.float64)
         return v * np.repeat(scale_decode(scales).astype(np.float64), bs, axis=-1) * float(global_scale)
@@ -283,38 +284,57 @@ def write_qwen3_checkpoint(directory, problem, layer_weights, convention="modelo
     import os
 
     H, I, E = problem.hidden_size, problem.intermediate_size, problem.num_experts
-    config = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": H,
-              "num_hidden_layers": len(layer_weights), "moe_intermediate_size": I, "num_experts": E,
-              "num_experts_per_tok": problem.top_k, "norm_topk_prob": problem.renormalize,
-              "decoder_sparse_step": 1}
+    config = {
+        "architectures": ["Qwen3MoeForCausalLM"],
+        "model_type": "qwen3_moe",
+        "hidden_size": H,
+        "num_hidden_layers": len(layer_weights),
+        "moe_intermediate_size": I,
+        "num_experts": E,
+        "num_experts_per_tok": problem.top_k,
+        "norm_topk_prob": problem.renormalize,
+        "decoder_sparse_step": 1,
+    }
     if convention == "compressed-tensors":
         config["quantization_config"] = {
-            "quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
-            "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "float", "group_size": 16}}}}
+            "quant_method": "compressed-tensors",
+            "format": "nvfp4-pack-quantized",
+            "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "float", "group_size": 16}}},
+        }
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, "config.json"), "w") as f:
         json.dump(config, f)
     if convention == "modelopt":
         with open(os.path.join(directory, "hf_quant_config.json"), "w") as f:
             json.dump({"quantization": {"quant_algo": "NVFP4", "group_size": 16}}, f)
-    names = ({"w": "weight", "g": "weight_global_scale", "i": "input_global_scale"} if convention != "modelopt"
-             else {"w": "weight", "g": "weight_scale_2", "i": "input_scale"})
+    names = (
+        {"w": "weight", "g": "weight_global_scale", "i": "input_global_scale"}
+        if convention != "modelopt"
+        else {"w": "weight", "g": "weight_scale_2", "i": "input_scale"}
+    )
     if convention != "modelopt":
         names["w"] = "weight_packed"
     for layer, w in enumerate(layer_weights):
         tensors = {}
         for e in range(E):
             base = f"model.layers.{layer}.mlp.experts.{e}."
-            parts = (("gate_proj", w["w13"][e, :I], w["w13_scale"][e, :I], w["w13_scale_2"][e]),
-                     ("up_proj", w["w13"][e, I:], w["w13_scale"][e, I:], w["w13_scale_2"][e]),
-                     ("down_proj", w["w2"][e], w["w2_scale"][e], w["w2_scale_2"][e]))
+            parts = (
+                ("gate_proj", w["w13"][e, :I], w["w13_scale"][e, :I], w["w13_scale_2"][e]),
+                ("up_proj", w["w13"][e, I:], w["w13_scale"][e, I:], w["w13_scale_2"][e]),
+                ("down_proj", w["w2"][e], w["w2_scale"][e], w["w2_scale_2"][e]),
+            )
             for proj, codes, scales, s2 in parts:
                 gs = np.float32(s2) if convention == "modelopt" else np.float32(1.0) / np.float32(s2)
                 tensors[base + proj + "." + names["w"]] = ("U8", codes.shape, codes)
                 tensors[base + proj + ".weight_scale"] = ("F8_E4M3", scales.shape, scales)
                 tensors[base + proj + "." + names["g"]] = ("F32", [], np.array(gs, dtype=np.float32))
                 if input_scale is not None:
-                    v = np.float32(input_scale) if convention == "modelopt" else np.float32(1.0) / np.float32(input_scale)
+                    v = (
+                        np.float32(input_scale)
+                        if convention == "modelopt"
+                        else np.float32(1.0) / np.float32(input_scale)
+                    )
                     tensors[base + proj + "." + names["i"]] = ("F32", [], np.array(v, dtype=np.float32))
-        write_safetensors(os.path.join(directory, f"model-{layer + 1:05d}-of-{len(layer_weights):05d}.safetensors"),
-                          tensors)
+        write_safetensors(
+            os.path.join(directory, f"model-{layer + 1:05d}-of-{len(layer_weights):05d}.safetensors"), tensors
+        )

@@ -199,8 +199,11 @@ def test_errors_through_the_custom_op():
     with pytest.raises(fp4moe.InvalidArgumentError, match="hidden_states is not C-contiguous"):
         moe(torch.zeros(3, 2 * p.hidden_size)[:, ::2], logits)
     with pytest.raises(fp4moe.InvalidArgumentError, match=r"topk_ids has dtype int64; expected int32"):
-        moe(torch.zeros(3, p.hidden_size), topk_ids=torch.zeros(3, p.top_k, dtype=torch.long),
-            topk_weights=torch.ones(3, p.top_k))
+        moe(
+            torch.zeros(3, p.hidden_size),
+            topk_ids=torch.zeros(3, p.top_k, dtype=torch.long),
+            topk_weights=torch.ones(3, p.top_k),
+        )
 
 
 def test_weights_as_torch_tensors():
@@ -390,8 +393,9 @@ def test_gpu_codec_and_routing_match_cpu():
     np.testing.assert_array_equal(sb.cpu().numpy(), sf)
     pm, sm = fp4moe.quantize_mxfp4(x.cuda())
     np.testing.assert_array_equal(pm.cpu().numpy(), fp4moe.quantize_mxfp4(x.numpy())[0])
-    np.testing.assert_array_equal(fp4moe.dequantize_mxfp4(pm, sm).cpu().numpy(),
-                                  fp4moe.dequantize_mxfp4(pm.cpu().numpy(), sm.cpu().numpy()))
+    np.testing.assert_array_equal(
+        fp4moe.dequantize_mxfp4(pm, sm).cpu().numpy(), fp4moe.dequantize_mxfp4(pm.cpu().numpy(), sm.cpu().numpy())
+    )
     lin = fp4moe.quantize_nvfp4(x.numpy(), gs, "encode")[1]
     swz = fp4moe.swizzle_scales(torch.from_numpy(lin).cuda())
     np.testing.assert_array_equal(swz.cpu().numpy(), fp4moe.swizzle_scales(lin))
@@ -417,13 +421,27 @@ def test_gpu_errors():
         (lambda: moe(xb.cpu(), logits.cpu()), "hidden_states is on cpu but this MoE lives on cuda:0"),
         (lambda: moe(xb, logits.cpu()), "router_logits is on cpu but hidden_states is on cuda:0"),
         (lambda: moe(xb.t(), logits), "hidden_states has shape"),
-        (lambda: moe(torch.zeros(4, 2 * p.hidden_size, dtype=torch.bfloat16, device="cuda")[:, ::2], logits),
-         "hidden_states is not C-contiguous"),
-        (lambda: moe(torch.zeros(4 * p.hidden_size + 1, dtype=torch.bfloat16, device="cuda")[1:].view(4, -1), logits),
-         "is not 16-byte aligned"),
-        (lambda: moe(torch.zeros(300, p.hidden_size, dtype=torch.bfloat16, device="cuda"),
-                     torch.zeros(300, p.num_experts, device="cuda")), r"num_tokens = 300 must be in \[0, max_tokens = 256\]"),
-        (lambda: moe.forward(xb, logits, out=torch.empty(4, p.hidden_size, device="cuda")), "out has dtype float32; expected bfloat16"),
+        (
+            lambda: moe(torch.zeros(4, 2 * p.hidden_size, dtype=torch.bfloat16, device="cuda")[:, ::2], logits),
+            "hidden_states is not C-contiguous",
+        ),
+        (
+            lambda: moe(
+                torch.zeros(4 * p.hidden_size + 1, dtype=torch.bfloat16, device="cuda")[1:].view(4, -1), logits
+            ),
+            "is not 16-byte aligned",
+        ),
+        (
+            lambda: moe(
+                torch.zeros(300, p.hidden_size, dtype=torch.bfloat16, device="cuda"),
+                torch.zeros(300, p.num_experts, device="cuda"),
+            ),
+            r"num_tokens = 300 must be in \[0, max_tokens = 256\]",
+        ),
+        (
+            lambda: moe.forward(xb, logits, out=torch.empty(4, p.hidden_size, device="cuda")),
+            "out has dtype float32; expected bfloat16",
+        ),
         (lambda: fp4moe.MoE.dummy(p, 1, device="cuda", path="warp"), "kernel path = 'warp' is not one of"),
         (lambda: fp4moe.MoE.dummy(p, 1, device=f"cuda:{torch.cuda.device_count()}"), "is not a visible CUDA device"),
         (lambda: fp4moe.quantize_nvfp4(x, 1.0, "encode", stream="s"), "stream = 's' is not a CUDA stream handle"),
