@@ -323,11 +323,11 @@ def _canonical_weights(weights) -> dict:
             gs = _arrays.host_float32(value, f"weights['{key}']")
             if not np.all(np.isfinite(gs)) or np.any(gs <= 0):
                 raise InvalidArgumentError(f"weights['{key}'] has values that are not finite and > 0: {gs.ravel()[:8]}")
-            value = np.float32(1.0) / gs
+            value = _arrays.like(np.float32(1.0) / gs, value)
         else:
             name = _ALIASES.get(key, key)
             if name in _FLOAT32_KEYS and _is_other_float(value):
-                value = _arrays.host_float32(value, f"weights['{key}']")
+                value = _arrays.like(_arrays.host_float32(value, f"weights['{key}']"), value)
             else:
                 value = _arrays.as_bytes(value)
         if name in out:

@@ -142,6 +142,14 @@ def host_float32(x, name: str) -> np.ndarray:
     return np.asarray(x, dtype=np.float32)
 
 
+def like(host: np.ndarray, original):
+    """`host` (a converted copy of `original`) back where `original` lives: a torch tensor on its
+    device, so all weights of a layer stay on one device; host arrays stay NumPy."""
+    if is_torch_tensor(original):
+        return torch.from_numpy(np.ascontiguousarray(host)).to(original.device)
+    return host
+
+
 def as_bytes(x):
     """1-byte float types (float8_e4m3fn, float8_e8m0fnu scales) viewed as uint8, without a copy."""
     if is_torch_tensor(x):

@@ -215,6 +215,10 @@ def test_weights_as_torch_tensors():
     tw["w13_scale"] = tw["w13_scale"].view(torch.float8_e4m3fn)
     tw["w13_scale_2"] = tw["w13_scale_2"].to(torch.float64)
     np.testing.assert_array_equal(fp4moe.MoE(p, tw)(x.numpy(), logits.numpy()), want)
+    # compressed-tensors' encode-convention scale given as a tensor: 1/x, as a tensor again.
+    ct = dict(tw, w2_weight_global_scale=1.0 / tw.pop("w2_scale_2"))
+    g = fp4moe.MoE(p, ct)(x.numpy(), logits.numpy())
+    assert ref.normalized_error(g, want) < 1e-6
 
 
 # ---- GPU -----------------------------------------------------------------------------------------
@@ -267,6 +271,7 @@ def test_gpu_dummy_weights_equal_random_weights():
     assert torch.equal(a, b)
     # Weights handed over as CUDA tensors are copied to the host and repacked the same way.
     tw = {k: torch.from_numpy(v).cuda() for k, v in fp4moe.random_weights(p, 7).items()}
+    tw["w13_scale_2"] = tw["w13_scale_2"].double()  # converted to float32 on its device
     moe = fp4moe.MoE(p, tw)
     assert moe.device == "cuda:0"
     assert torch.equal(moe(x, logits), a)
