@@ -54,6 +54,38 @@ seeds = {
                                "routed_scaling_factor": 2.5, "rope_scaling": None, "tie": False,
                                "eps": 1e-06}).encode(),
 }
+# Configurations of each supported architecture (tiny sizes), as config.json documents; the target
+# also reads each one as hf_quant_config.json, so the ModelOpt one carries a "quantization" object.
+ct = {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
+      "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "float",
+                                                                        "group_size": 16}}}}
+configs = {
+    "cfg-deepseek-modelopt": {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+                              "hidden_size": 128, "moe_intermediate_size": 64, "n_routed_experts": 8,
+                              "num_experts_per_tok": 2, "n_group": 4, "topk_group": 2,
+                              "routed_scaling_factor": 2.5, "norm_topk_prob": True, "n_shared_experts": 1,
+                              "first_k_dense_replace": 1, "moe_layer_freq": 1, "num_hidden_layers": 3,
+                              "scoring_func": "sigmoid", "topk_method": "noaux_tc",
+                              "quantization": {"quant_algo": "NVFP4", "group_size": 16}},
+    "cfg-qwen3-ct": {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 128,
+                     "moe_intermediate_size": 64, "num_experts": 8, "num_experts_per_tok": 2,
+                     "norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": [1],
+                     "num_hidden_layers": 2, "quantization_config": ct},
+    "cfg-mixtral-modelopt": {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 128,
+                             "intermediate_size": 64, "num_local_experts": 4, "num_experts_per_tok": 2,
+                             "num_hidden_layers": 1,
+                             "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4"}},
+    "cfg-llama4": {"architectures": ["Llama4ForConditionalGeneration"], "model_type": "llama4",
+                   "text_config": {"model_type": "llama4_text", "hidden_size": 128, "intermediate_size": 64,
+                                   "num_local_experts": 4, "num_experts_per_tok": 1,
+                                   "interleave_moe_layer_step": 2, "num_hidden_layers": 4, "moe_layers": [1, 3]},
+                   "quantization": {"quant_algo": "NVFP4", "group_size": 16}},
+    "cfg-gpt-oss": {"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "hidden_size": 128,
+                    "intermediate_size": 64, "num_local_experts": 4, "experts_per_token": 2,
+                    "swiglu_limit": 7.0, "num_hidden_layers": 2, "quantization_config": {"quant_method": "mxfp4"}},
+}
+for name, cfg in configs.items():
+    seeds[name] = json.dumps(cfg).encode()
 for name, data in seeds.items():
     (out / name).write_bytes(data)
 print(f"wrote {len(seeds)} seeds to {out}")

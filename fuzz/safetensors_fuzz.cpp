@@ -1,12 +1,14 @@
 // libFuzzer target for the untrusted-input parsers of src/io: the safetensors header validation
-// (SafetensorsFile::from_buffer) and the strict JSON DOM (parse_json, used for config/index files).
+// (SafetensorsFile::from_buffer), the strict JSON DOM (parse_json) and the checkpoint configuration
+// logic on top of it (config.json / hf_quant_config.json -> MoeProblem).
 //
 // Each input is used three ways:
 //   1. as a whole .safetensors file image;
 //   2. as a header only: the first 2 bytes pick a data-buffer size (0..4095), the rest is the header,
 //      framed with a correct length prefix, so the fuzzer reaches the shape/offset/tiling checks
 //      without first having to guess an 8-byte length;
-//   3. as a JSON document.
+//   3. as a JSON document; when it parses, as config.json (without, then with itself as
+//      hf_quant_config.json).
 // An accepted file must satisfy the reader's contract; it is checked here (every tensor's bytes
 // inside the buffer, tiling exact), so a validation hole shows up as a crash, not a silent pass.
 #include <cstddef>
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "fp4moe/safetensors.h"
+#include "src/io/checkpoint_config.h"
 #include "src/io/json.h"
 
 namespace {
@@ -61,6 +64,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
 
   fp4moe::io::JsonValue value;
-  (void)fp4moe::io::parse_json(std::string_view(reinterpret_cast<const char*>(data), size), &value);
+  if (fp4moe::io::parse_json(std::string_view(reinterpret_cast<const char*>(data), size), &value).ok()) {
+    fp4moe::CheckpointInfo info;
+    if (fp4moe::io::checkpoint_config_from_json("fuzz", value, nullptr, &info).ok() &&
+        !fp4moe::validate(info.problem).ok())
+      std::abort();  // an accepted configuration must describe a valid problem
+    (void)fp4moe::io::checkpoint_config_from_json("fuzz", value, &value, &info);
+  }
   return 0;
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the safetensors/JSON fuzzer (fuzz/safetensors_fuzz.cpp) with Debian's clang, libFuzzer,
+# Builds the safetensors/JSON/config fuzzer (fuzz/safetensors_fuzz.cpp) with Debian's clang, libFuzzer,
 # AddressSanitizer and UndefinedBehaviorSanitizer, and runs it on the committed seed corpus.
 #   scripts/fuzz.sh [seconds=600] [more libFuzzer flags...]
 # New inputs go to build-fuzz/corpus (fuzz/corpus stays the small committed seed set); a crash, leak
@@ -26,7 +26,8 @@ mkdir -p "$out/corpus"
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -I "$root/include" -I "$root" \
   "$root/fuzz/safetensors_fuzz.cpp" "$root/src/io/safetensors.cpp" "$root/src/io/json.cpp" \
-  "$root/src/common/status.cpp" \
+  "$root/src/io/checkpoint_config.cpp" "$root/src/common/status.cpp" \
+  "$root/src/moe/validate.cpp" "$root/src/moe/problem.cpp" "$root/src/routing/routing_cpu.cpp" \
   -o "$out/safetensors_fuzz"
 
 cd "$out"
