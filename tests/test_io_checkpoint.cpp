@@ -99,6 +99,7 @@ const Case kCases[] = {
     {"qwen3_compressed_tensors", Model::kQwen3Moe, Convention::kCompressedTensors, 2, 0, 1, false},
     {"mixtral_modelopt", Model::kMixtral, Convention::kModelopt, 1, 0, 1, false},
     {"llama4_modelopt_fused", Model::kLlama4, Convention::kModeloptFused3d, 4, 0, 2, true},
+    {"llama4_modelopt_fused_k_major", Model::kLlama4, Convention::kModeloptFused3dKMajor, 2, 0, 1, true},
     {"llama4_modelopt_per_expert", Model::kLlama4, Convention::kModelopt, 2, 0, 1, false},
     {"gpt_oss_mxfp4", Model::kGptOss, Convention::kGptOssMxfp4, 2, 0, 1, false},
 };
@@ -188,9 +189,10 @@ TEST_P(CheckpointRoundTrip, LoadsBitExactlyAndMatchesTheReference) {
     ASSERT_OK(ckpt->load_moe_layer(moe[i], {}, &loaded, &report));
     EXPECT_TRUE(report.warnings.empty()) << report.warnings[0];
     EXPECT_EQ(report.has_input_scales, want.weight_format == WeightFormat::kNvfp4);
-    EXPECT_EQ(report.expert_layout, c.convention == Convention::kModeloptFused3d ? "fused 3-D"
-                                    : c.convention == Convention::kGptOssMxfp4   ? "gpt-oss blocks"
-                                                                                 : "per-expert");
+    EXPECT_EQ(report.expert_layout, c.convention == Convention::kModeloptFused3d         ? "fused 3-D, N-major"
+                                    : c.convention == Convention::kModeloptFused3dKMajor ? "fused 3-D, K-major"
+                                    : c.convention == Convention::kGptOssMxfp4           ? "gpt-oss blocks"
+                                                                                         : "per-expert");
     expect_same_weights(loaded, layers[i]);
     // Thread count changes nothing but speed.
     for (int threads : {1, 3, 16}) {
@@ -223,7 +225,7 @@ INSTANTIATE_TEST_SUITE_P(Conventions, CheckpointRoundTrip, ::testing::ValuesIn(k
 
 // Every EP/TP rank reads exactly its part: equal to ref::shard_weights of the full layer.
 TEST(CheckpointShards, EveryRankLoadsItsShard) {
-  for (const Case& c : {kCases[0], kCases[3], kCases[5]}) {
+  for (const Case& c : {kCases[0], kCases[3], kCases[4], kCases[6]}) {
     SCOPED_TRACE(c.name);
     CheckpointSpec spec = spec_of(c);
     spec.num_shards = 3;
@@ -464,7 +466,7 @@ TEST(CheckpointConfig, UnsupportedCheckpointsSayWhy) {
        StatusCode::kUnsupported, "type = 'int'"},
       {&kCases[1], "config.json", "\"quant_method\": \"compressed-tensors\"", "\"quant_method\": \"awq\"",
        StatusCode::kUnsupported, "quant_method = 'awq'"},
-      {&kCases[5], "config.json", "\"swiglu_limit\": 7.0", "\"swiglu_limit\": 5.0", StatusCode::kUnsupported,
+      {&kCases[6], "config.json", "\"swiglu_limit\": 7.0", "\"swiglu_limit\": 5.0", StatusCode::kUnsupported,
        "swiglu_limit = 5"},
       {&kCases[0], "config.json", "\"scoring_func\": \"sigmoid\"", "\"scoring_func\": \"softmax\"",
        StatusCode::kUnsupported, "scoring_func = 'softmax'"},

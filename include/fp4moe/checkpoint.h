@@ -15,8 +15,9 @@
 //   kModeloptNvfp4           per expert {gate,up,down}: weight U8 [N, K/2], weight_scale F8_E4M3
 //                            [N, K/16], weight_scale_2 F32 (decode convention), input_scale F32
 //                            (optional). Llama-4 stores fused 3-D tensors instead
-//                            (experts.gate_up_proj [E, 2I, H/2], experts.down_proj [E, H, I/2] and
-//                            their scales); the layout is read from the header.
+//                            (experts.gate_up_proj, experts.down_proj and their scales), K-major as
+//                            ModelOpt exports them ([E, H/2, 2I], [E, I/2, H]) or N-major ([E, 2I, H/2],
+//                            [E, H, I/2]); the orientation is read from the header shapes.
 //   kCompressedTensorsNvfp4  weight_packed, weight_scale, weight_global_scale (encode convention:
 //                            weight_scale_2 = 1 / weight_global_scale, one correctly rounded fp32
 //                            division), input_global_scale (= 1 / input_scale).
@@ -69,7 +70,7 @@ struct LoadOptions {
 using ShardOptions = LoadOptions;
 
 struct LoadReport {
-  std::string expert_layout;   // "per-expert", "fused 3-D" or "gpt-oss blocks"
+  std::string expert_layout;   // "per-expert", "fused 3-D, K-major", "fused 3-D, N-major", "gpt-oss blocks"
   int num_tensors_read = 0;
   uint64_t bytes_read = 0;     // bytes copied out of the shards (only the rank's experts / slice)
   bool has_input_scales = false;  // a13_scale_2 / a2_scale_2 were filled (w4a4 possible)

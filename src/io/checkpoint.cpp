@@ -258,6 +258,20 @@ class LayerLoader {
     return Status::Ok();
   }
 
+  // The transpose of a block of a row-major byte matrix with `row_bytes` per row: rows [src_row,
+  // src_row + num_rows), bytes [col_byte, col_byte + num_cols) of each, written as
+  // dst[c * dst_stride + r] (K-major checkpoints -> the [N, K/2] layout).
+  Status copy_transposed(const SafetensorsFile& f, const TensorInfo& t, int64_t src_row, int64_t row_bytes,
+                         int64_t col_byte, int64_t num_cols, int64_t num_rows, uint8_t* dst, int64_t dst_stride,
+                         std::vector<uint8_t>* scratch) {
+    scratch->resize(size_t(num_rows * num_cols));
+    FP4MOE_RETURN_IF_ERROR(copy_rows(f, t, src_row, row_bytes, col_byte, num_cols, num_rows, scratch->data(), num_cols));
+    const uint8_t* src = scratch->data();
+    for (int64_t r = 0; r < num_rows; ++r)
+      for (int64_t c = 0; c < num_cols; ++c) dst[c * dst_stride + r] = src[r * num_cols + c];
+    return Status::Ok();
+  }
+
   // Element `idx` of a float tensor (F32, BF16 or F16) as fp32 (exact for all three).
   Status read_float(const SafetensorsFile& f, const TensorInfo& t, int64_t idx, float* out) {
     const int bytes = dtype_bits(t.dtype) / 8;
@@ -395,11 +409,19 @@ Status load_per_expert_nvfp4(LayerLoader& ld, const std::string& base, const cha
   return Status::Ok();
 }
 
-// Llama-4 ModelOpt: experts.gate_up_proj [E, 2I, H/2] (gate rows then up rows), experts.down_proj
-// [E, H, I/2], their weight_scale, weight_scale_2 and input_scale (per tensor or per expert). The scale
-// tensors are looked up as "<name>_weight_scale" and "<name>.weight_scale" (exporters differ).
+// Llama-4 fused 3-D expert tensors (experts.gate_up_proj, experts.down_proj, their weight_scale,
+// weight_scale_2 and input_scale; scales per tensor or per expert), in either orientation, told apart
+// by the header shapes (the weight and scale shapes of the two cannot both match):
+//   K-major (ModelOpt's Llama-4 export; the [E, in, out] layout of HF's Llama4TextExperts, packed along
+//            `in`): gate_up_proj U8 [E, H/2, 2I], weight_scale [E, H/16, 2I], down_proj [E, I/2, H],
+//            weight_scale [E, I/16, H]. Per expert these are the byte-wise transposes of the usual
+//            [N, K/2] and [N, K/16] (a byte still holds elements 2k and 2k+1 along K).
+//   N-major: gate_up_proj [E, 2I, H/2], weight_scale [E, 2I, H/16], down_proj [E, H, I/2], ... (the
+//            per-expert layout, stacked).
+// Along N, gate_up is [gate; up] (the first I outputs are the gate). Scale tensors are looked up as
+// "<name>_weight_scale" and "<name>.weight_scale" (exporters differ).
 Status load_fused_nvfp4(LayerLoader& ld, const std::string& base, int expert_begin, int64_t slice_begin,
-                        HostMoeWeights* w) {
+                        HostMoeWeights* w, std::string* layout_name) {
   const MoeProblem& p = ld.ckpt_.problem();
   const int64_t H = p.hidden_size, I = p.intermediate_size, Il = w->intermediate, E = p.num_experts();
   const int64_t bs = kNvfp4BlockSize;
@@ -410,24 +432,52 @@ Status load_fused_nvfp4(LayerLoader& ld, const std::string& base, int expert_beg
     return ld.exists(a) ? a : base + proj + "." + suffix;
   };
   const std::string gu = "gate_up_proj", dn = "down_proj";
+  const TensorInfo* probe = ld.ckpt_.find_tensor(name_of(gu, ""));
+  const bool k_major = probe && probe->shape == std::vector<int64_t>{E, H / 2, 2 * I};
+  *layout_name = k_major ? "fused 3-D, K-major" : "fused 3-D, N-major";
+  using Shape = std::vector<int64_t>;
   const TensorInfo *t13, *t13s, *t2, *t2s;
   const SafetensorsFile *f13, *f13s, *f2, *f2s;
-  FP4MOE_RETURN_IF_ERROR(ld.get(name_of(gu, ""), {Dtype::kU8}, {E, 2 * I, H / 2}, &t13, &f13));
-  FP4MOE_RETURN_IF_ERROR(ld.get(name_of(gu, "weight_scale"), {Dtype::kF8E4M3, Dtype::kU8}, {E, 2 * I, H / bs}, &t13s, &f13s));
-  FP4MOE_RETURN_IF_ERROR(ld.get(name_of(dn, ""), {Dtype::kU8}, {E, H, I / 2}, &t2, &f2));
-  FP4MOE_RETURN_IF_ERROR(ld.get(name_of(dn, "weight_scale"), {Dtype::kF8E4M3, Dtype::kU8}, {E, H, I / bs}, &t2s, &f2s));
+  FP4MOE_RETURN_IF_ERROR(ld.get(name_of(gu, ""), {Dtype::kU8}, k_major ? Shape{E, H / 2, 2 * I} : Shape{E, 2 * I, H / 2},
+                                &t13, &f13));
+  FP4MOE_RETURN_IF_ERROR(ld.get(name_of(gu, "weight_scale"), {Dtype::kF8E4M3, Dtype::kU8},
+                                k_major ? Shape{E, H / bs, 2 * I} : Shape{E, 2 * I, H / bs}, &t13s, &f13s));
+  FP4MOE_RETURN_IF_ERROR(ld.get(name_of(dn, ""), {Dtype::kU8}, k_major ? Shape{E, I / 2, H} : Shape{E, H, I / 2}, &t2, &f2));
+  FP4MOE_RETURN_IF_ERROR(ld.get(name_of(dn, "weight_scale"), {Dtype::kF8E4M3, Dtype::kU8},
+                                k_major ? Shape{E, I / bs, H} : Shape{E, H, I / bs}, &t2s, &f2s));
   const bool input_scales = ld.exists(name_of(gu, "input_scale"));
   ld.report_->has_input_scales = input_scales;
   return parallel_for(w->num_experts, ld.num_threads_, [&](int le) -> Status {
     const int64_t e = expert_begin + le;
-    for (int half = 0; half < 2; ++half) {
-      const int64_t src_row = e * 2 * I + half * I + slice_begin, dst_row = int64_t(le) * 2 * Il + half * Il;
-      FP4MOE_RETURN_IF_ERROR(ld.copy_rows(*f13, *t13, src_row, H / 2, 0, H / 2, Il, &w->w13[dst_row * H / 2], H / 2));
-      FP4MOE_RETURN_IF_ERROR(ld.copy_rows(*f13s, *t13s, src_row, H / bs, 0, H / bs, Il, &w->w13_scale[dst_row * H / bs], H / bs));
+    uint8_t* w13 = &w->w13[int64_t(le) * 2 * Il * H / 2];
+    uint8_t* w13s = &w->w13_scale[int64_t(le) * 2 * Il * H / bs];
+    uint8_t* w2 = &w->w2[int64_t(le) * H * Il / 2];
+    uint8_t* w2s = &w->w2_scale[int64_t(le) * H * Il / bs];
+    if (k_major) {
+      std::vector<uint8_t> scratch;
+      for (int half = 0; half < 2; ++half) {
+        // Columns [half*I + slice_begin, + Il) of the expert's [H/2, 2I] (and [H/16, 2I]) matrix.
+        const int64_t col = half * I + slice_begin;
+        FP4MOE_RETURN_IF_ERROR(ld.copy_transposed(*f13, *t13, e * H / 2, 2 * I, col, Il, H / 2, &w13[half * Il * H / 2],
+                                                  H / 2, &scratch));
+        FP4MOE_RETURN_IF_ERROR(ld.copy_transposed(*f13s, *t13s, e * H / bs, 2 * I, col, Il, H / bs,
+                                                  &w13s[half * Il * H / bs], H / bs, &scratch));
+      }
+      // Rows [slice_begin/2, + Il/2) of the expert's [I/2, H] (and [slice_begin/16, + Il/16) of [I/16, H]).
+      FP4MOE_RETURN_IF_ERROR(
+          ld.copy_transposed(*f2, *t2, e * I / 2 + slice_begin / 2, H, 0, H, Il / 2, w2, Il / 2, &scratch));
+      FP4MOE_RETURN_IF_ERROR(
+          ld.copy_transposed(*f2s, *t2s, e * I / bs + slice_begin / bs, H, 0, H, Il / bs, w2s, Il / bs, &scratch));
+    } else {
+      for (int half = 0; half < 2; ++half) {
+        const int64_t src_row = e * 2 * I + half * I + slice_begin;
+        FP4MOE_RETURN_IF_ERROR(ld.copy_rows(*f13, *t13, src_row, H / 2, 0, H / 2, Il, &w13[half * Il * H / 2], H / 2));
+        FP4MOE_RETURN_IF_ERROR(
+            ld.copy_rows(*f13s, *t13s, src_row, H / bs, 0, H / bs, Il, &w13s[half * Il * H / bs], H / bs));
+      }
+      FP4MOE_RETURN_IF_ERROR(ld.copy_rows(*f2, *t2, e * H, I / 2, slice_begin / 2, Il / 2, H, w2, Il / 2));
+      FP4MOE_RETURN_IF_ERROR(ld.copy_rows(*f2s, *t2s, e * H, I / bs, slice_begin / bs, Il / bs, H, w2s, Il / bs));
     }
-    FP4MOE_RETURN_IF_ERROR(ld.copy_rows(*f2, *t2, e * H, I / 2, slice_begin / 2, Il / 2, H, &w->w2[int64_t(le) * H * Il / 2], Il / 2));
-    FP4MOE_RETURN_IF_ERROR(
-        ld.copy_rows(*f2s, *t2s, e * H, I / bs, slice_begin / bs, Il / bs, H, &w->w2_scale[int64_t(le) * H * Il / bs], Il / bs));
     FP4MOE_RETURN_IF_ERROR(ld.read_scale(name_of(gu, "weight_scale_2"), e, &w->w13_scale_2[le]));
     FP4MOE_RETURN_IF_ERROR(ld.read_scale(name_of(dn, "weight_scale_2"), e, &w->w2_scale_2[le]));
     if (input_scales) {
@@ -589,8 +639,7 @@ Status Checkpoint::load_moe_layer(int layer, const LoadOptions& shard, HostMoeWe
     report->expert_layout = "per-expert";
     loaded = load_per_expert_nvfp4(ld, base, proj, compressed, expert_begin, slice_begin, &w);
   } else if (layout == Layout::kFused) {
-    report->expert_layout = "fused 3-D";
-    loaded = load_fused_nvfp4(ld, base, expert_begin, slice_begin, &w);
+    loaded = load_fused_nvfp4(ld, base, expert_begin, slice_begin, &w, &report->expert_layout);
   } else {
     report->expert_layout = "gpt-oss blocks";
     loaded = load_gpt_oss(ld, base, expert_begin, slice_begin, shard.tp_rank == 0, &w);

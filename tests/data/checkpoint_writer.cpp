@@ -86,6 +86,10 @@ HostMoeWeights representable(const HostMoeWeights& w, Convention convention) {
       }
     }
   }
+  if (convention == Convention::kModeloptFused3dKMajor) {
+    for (auto* v : {&r.w13_scale_2, &r.w2_scale_2, &r.a13_scale_2, &r.a2_scale_2})
+      for (float& x : *v) x = v->front();
+  }
   if (convention == Convention::kGptOssMxfp4) {
     for (auto* v : {&r.w13_bias, &r.w2_bias})
       for (float& x : *v) x = bf16_to_float(float_to_bf16(x));
@@ -273,6 +277,31 @@ void write_layer(ShardedOut& out, const CheckpointSpec& spec, const std::string&
       }
       break;
     }
+    case Convention::kModeloptFused3dKMajor: {
+      // Per expert the byte-wise transpose of [N, K/2] / [N, K/16]: out[e][k][n] = in[e][n][k].
+      auto transpose = [](const std::vector<uint8_t>& in, int64_t num_e, int64_t n, int64_t k) {
+        std::vector<uint8_t> out(in.size());
+        for (int64_t e = 0; e < num_e; ++e)
+          for (int64_t r = 0; r < n; ++r)
+            for (int64_t c = 0; c < k; ++c) out[(e * k + c) * n + r] = in[(e * n + r) * k + c];
+        return out;
+      };
+      const std::string b = lp + "feed_forward.experts.";
+      out.add(lp + "feed_forward.router.weight", "BF16", {E, H}, router);
+      out.add(b + "gate_up_proj", "U8", {E, H / 2, 2 * I}, transpose(w.w13, E, 2 * I, H / 2));
+      out.add(b + "gate_up_proj_weight_scale", "F8_E4M3", {E, H / 16, 2 * I}, transpose(w.w13_scale, E, 2 * I, H / 16));
+      out.add_scalar(b + "gate_up_proj_weight_scale_2", w.w13_scale_2[0], false);
+      out.add(b + "down_proj", "U8", {E, I / 2, H}, transpose(w.w2, E, H, I / 2));
+      out.add(b + "down_proj_weight_scale", "F8_E4M3", {E, I / 16, H}, transpose(w.w2_scale, E, H, I / 16));
+      out.add_scalar(b + "down_proj_weight_scale_2", w.w2_scale_2[0], false);
+      if (spec.input_scales && !w.a13_scale_2.empty()) {
+        out.add_scalar(b + "gate_up_proj_input_scale", w.a13_scale_2[0], false);
+        out.add_scalar(b + "down_proj_input_scale", w.a2_scale_2[0], false);
+      }
+      std::vector<uint8_t> shared(size_t(I * H / 2), 0x22);
+      out.add(lp + "feed_forward.shared_expert.gate_proj.weight", "U8", {I, H / 2}, shared);
+      break;
+    }
     case Convention::kModeloptFused3d: {
       const std::string b = lp + "feed_forward.experts.";
       out.add(lp + "feed_forward.router.weight", "BF16", {E, H}, router);
@@ -331,7 +360,8 @@ Status write_checkpoint(const std::string& dir, const CheckpointSpec& spec,
   mkdir(dir.c_str(), 0755);
   const std::vector<int> moe = moe_layers_of(spec);
   FP4MOE_RETURN_IF_ERROR(write_text(dir + "/config.json", config_json(spec)));
-  if (spec.convention == Convention::kModelopt || spec.convention == Convention::kModeloptFused3d)
+  if (spec.convention == Convention::kModelopt || spec.convention == Convention::kModeloptFused3d ||
+      spec.convention == Convention::kModeloptFused3dKMajor)
     FP4MOE_RETURN_IF_ERROR(write_text(
         dir + "/hf_quant_config.json",
         R"({"producer": {"name": "modelopt", "version": "0.29.0"}, "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": null, "group_size": 16, "exclude_modules": ["lm_head"]}})"

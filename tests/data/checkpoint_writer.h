@@ -40,7 +40,13 @@ class SafetensorsWriter {
 };
 
 enum class Model { kDeepSeekV3, kQwen3Moe, kMixtral, kLlama4, kGptOss };
-enum class Convention { kModelopt, kCompressedTensors, kModeloptFused3d, kGptOssMxfp4 };
+enum class Convention {
+  kModelopt,           // per expert gate/up/down (Mixtral: w1/w3/w2)
+  kCompressedTensors,  // per expert, weight_packed + inverted global scales
+  kModeloptFused3d,    // Llama-4 fused, N-major [E, 2I, H/2], per-expert [E] global and input scales
+  kModeloptFused3dKMajor,  // Llama-4 fused as ModelOpt exports it: K-major [E, H/2, 2I], scalar scales
+  kGptOssMxfp4,
+};
 
 struct CheckpointSpec {
   Model model = Model::kDeepSeekV3;
@@ -75,7 +81,8 @@ Status write_checkpoint(const std::string& dir, const CheckpointSpec& spec,
 
 // The weights as a checkpoint in `convention` can represent them, for bit-exact round trips:
 // compressed-tensors global scales survive 1/(1/s) only for some s, so those are nudged to a fixed
-// point of the inversion; gpt-oss biases are stored in bf16. Everything else is unchanged.
+// point of the inversion; gpt-oss biases are stored in bf16; the K-major Llama-4 export has one global
+// (and input) scale per tensor, so every expert gets expert 0's. Everything else is unchanged.
 HostMoeWeights representable(const HostMoeWeights& w, Convention convention);
 
 }  // namespace fp4moe::testing

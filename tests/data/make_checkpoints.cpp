@@ -2,7 +2,8 @@
 // fp4moe-check and load-rate measurements (the tests call the same writer directly).
 //
 //   fp4moe-make-checkpoint --out DIR --model deepseek-v3|qwen3-moe|mixtral|llama4|gpt-oss
-//       [--convention modelopt|compressed-tensors|modelopt-fused|gpt-oss] [--preset NAME [--scale F]]
+//       [--convention modelopt|compressed-tensors|modelopt-fused|modelopt-fused-k-major|gpt-oss]
+//       [--preset NAME [--scale F]]
 //       [--layers L] [--shards S | --shard-per-layer] [--index] [--index-drop-every N]
 //       [--reuse-weights] [--seed S]
 //
@@ -26,7 +27,8 @@ namespace {
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr, "fp4moe-make-checkpoint: %s\n"
                "usage: fp4moe-make-checkpoint --out DIR --model deepseek-v3|qwen3-moe|mixtral|llama4|gpt-oss\n"
-               "  [--convention modelopt|compressed-tensors|modelopt-fused|gpt-oss] [--preset NAME [--scale F]]\n"
+               "  [--convention modelopt|compressed-tensors|modelopt-fused|modelopt-fused-k-major|gpt-oss]\n"
+               "  [--preset NAME [--scale F]]\n"
                "  [--layers L] [--shards S | --shard-per-layer] [--index] [--index-drop-every N]\n"
                "  [--reuse-weights] [--seed S]\n", why);
   std::exit(2);
@@ -80,7 +82,7 @@ int main(int argc, char** argv) {
     p.routing = {RoutingMethod::kSoftmaxTopK, 8, 2, true, 1, 1, 1.0f};
   } else if (model_name == "llama4") {
     spec.model = Model::kLlama4;
-    spec.convention = Convention::kModeloptFused3d;
+    spec.convention = Convention::kModeloptFused3dKMajor;  // as ModelOpt exports Llama-4
     p.routing = {RoutingMethod::kLlama4, 16, 1, false, 1, 1, 1.0f};
   } else if (model_name == "gpt-oss") {
     spec.model = Model::kGptOss;
@@ -102,6 +104,7 @@ int main(int argc, char** argv) {
     if (convention_name == "modelopt") spec.convention = Convention::kModelopt;
     else if (convention_name == "compressed-tensors") spec.convention = Convention::kCompressedTensors;
     else if (convention_name == "modelopt-fused") spec.convention = Convention::kModeloptFused3d;
+    else if (convention_name == "modelopt-fused-k-major") spec.convention = Convention::kModeloptFused3dKMajor;
     else if (convention_name == "gpt-oss") spec.convention = Convention::kGptOssMxfp4;
     else usage(("unknown --convention " + convention_name).c_str());
   }
