@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs and pins everything the fp4moe build needs, from Debian packages and PyPI only.
-#   - Debian: cmake, ninja, ccache, GoogleTest (libgtest-dev), python3-venv.
+#   - Debian: cmake, ninja, ccache, GoogleTest (libgtest-dev); python3-venv where python3 lacks venv
+#     (scripts/test.sh builds the Python package in a venv).
 #   - PyPI:   nvidia-cutlass==4.2.0.0, unpacked into .deps/ for its CUTLASS/CuTe headers.
 #   - CUDA 13 toolkit (nvcc, cudart, NCCL) must already be installed under /usr/local/cuda.
 # Idempotent: a second run does nothing but checks.
@@ -13,6 +14,7 @@ need_apt=()
 for pkg in cmake ninja-build ccache libgtest-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
+python3 -c "import venv, ensurepip" >/dev/null 2>&1 || need_apt+=(python3-venv)
 if ((${#need_apt[@]})); then
   echo "setup: installing Debian packages: ${need_apt[*]}"
   sudo_cmd=""

@@ -23,7 +23,8 @@
 //
 // MXFP4 (OCP MX): e2m1 values, blocks of 32, e8m0 scales (2^(s-127)), no global scale. Quantize:
 // s = clamp(floor(log2(amax)) - 2 + 127, 0, 254) (the OCP rule: the largest power of two not above
-// amax, divided by 2^emax(e2m1)=4), q = e2m1(x / 2^(s-127)); zero block -> s = 0 ... see docs.
+// amax, divided by 2^emax(e2m1) = 4; values above 6 saturate), q = e2m1(x / 2^(s-127)). An all-zero
+// block gets s = 127 (1.0); a block containing NaN gets s = 0xff (e8m0 NaN) and zero codes.
 #pragma once
 
 #include <cstddef>
