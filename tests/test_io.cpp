@@ -297,24 +297,9 @@ TEST(Safetensors, QuotesHostileNames) {
 
 // ---- On disk ----------------------------------------------------------------------------------------
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "fp4moe_test_io_XXXXXX").string();
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 TEST(Safetensors, OpensFilesOnDisk) {
-  TempDir dir;
+  testing::TempDir dir("fp4moe_test_io");
   const std::string path = dir.path() + "/model.safetensors";
   const auto f = file_image(kTwoTensors, 28);
   std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(f.data()), f.size());

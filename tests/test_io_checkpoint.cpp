@@ -23,21 +23,6 @@ using testing::CheckpointSpec;
 using testing::Convention;
 using testing::Model;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "fp4moe_test_ckpt_XXXXXX").string();
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path);
@@ -156,7 +141,7 @@ TEST_P(CheckpointRoundTrip, LoadsBitExactlyAndMatchesTheReference) {
   const Case& c = GetParam();
   const CheckpointSpec spec = spec_of(c);
   const std::vector<HostMoeWeights> layers = source_layers(spec);
-  TempDir dir;
+  testing::TempDir dir("fp4moe_test_ckpt");
   ASSERT_OK(testing::write_checkpoint(dir.path(), spec, layers));
 
   std::unique_ptr<Checkpoint> ckpt;
@@ -231,7 +216,7 @@ TEST(CheckpointShards, EveryRankLoadsItsShard) {
     spec.num_shards = 3;
     spec.write_index = true;
     const std::vector<HostMoeWeights> layers = source_layers(spec);
-    TempDir dir;
+    testing::TempDir dir("fp4moe_test_ckpt");
     ASSERT_OK(testing::write_checkpoint(dir.path(), spec, layers));
     std::unique_ptr<Checkpoint> ckpt;
     ASSERT_OK(Checkpoint::open(dir.path(), &ckpt));
@@ -259,7 +244,7 @@ TEST(CheckpointShards, EveryRankLoadsItsShard) {
 
 TEST(CheckpointShards, RejectsBadLoadOptions) {
   CheckpointSpec spec = spec_of(kCases[2]);
-  TempDir dir;
+  testing::TempDir dir("fp4moe_test_ckpt");
   ASSERT_OK(testing::write_checkpoint(dir.path(), spec, source_layers(spec)));
   std::unique_ptr<Checkpoint> ckpt;
   ASSERT_OK(Checkpoint::open(dir.path(), &ckpt));
@@ -282,7 +267,7 @@ TEST(CheckpointIndex, IncompleteIndexIsCompletedFromTheHeaders) {
   spec.write_index = true;
   spec.index_drop_every = 3;
   const auto layers = source_layers(spec);
-  TempDir dir;
+  testing::TempDir dir("fp4moe_test_ckpt");
   ASSERT_OK(testing::write_checkpoint(dir.path(), spec, layers));
   std::unique_ptr<Checkpoint> ckpt;
   ASSERT_OK(Checkpoint::open(dir.path(), &ckpt));
@@ -301,7 +286,7 @@ TEST(CheckpointIndex, WrongOrMissingShardEntries) {
   CheckpointSpec spec = spec_of(kCases[0]);
   spec.num_shards = 2;
   spec.write_index = true;
-  TempDir dir;
+  testing::TempDir dir("fp4moe_test_ckpt");
   ASSERT_OK(testing::write_checkpoint(dir.path(), spec, source_layers(spec)));
   const std::string index = dir.path() + "/model.safetensors.index.json";
   const std::string original = read_text(index);
@@ -347,7 +332,7 @@ TEST(CheckpointIndex, WrongOrMissingShardEntries) {
 TEST(CheckpointFiles, CorruptOrDuplicatedShards) {
   CheckpointSpec spec = spec_of(kCases[1]);
   spec.num_shards = 2;
-  TempDir dir;
+  testing::TempDir dir("fp4moe_test_ckpt");
   ASSERT_OK(testing::write_checkpoint(dir.path(), spec, source_layers(spec)));
   const std::string shard = dir.path() + "/model-00002-of-00002.safetensors";
   std::unique_ptr<Checkpoint> ckpt;
@@ -367,7 +352,7 @@ TEST(CheckpointFiles, CorruptOrDuplicatedShards) {
   EXPECT_NE(s.message().find("truncated"), std::string::npos) << s.message();
 
   // No shards at all.
-  TempDir empty;
+  testing::TempDir empty("fp4moe_test_ckpt");
   std::ofstream(empty.path() + "/config.json") << read_text(dir.path() + "/config.json");
   s = Checkpoint::open(empty.path(), &ckpt);
   EXPECT_NE(s.message().find("no .safetensors files"), std::string::npos) << s.message();
@@ -378,7 +363,7 @@ TEST(CheckpointFiles, CorruptOrDuplicatedShards) {
 TEST(CheckpointTensors, MissingOrMisshapenTensorsAreNamed) {
   CheckpointSpec spec = spec_of(kCases[0]);
   spec.skip_tensor = [](const std::string& n) { return n == "model.layers.1.mlp.experts.5.up_proj.weight_scale"; };
-  TempDir dir;
+  testing::TempDir dir("fp4moe_test_ckpt");
   ASSERT_OK(testing::write_checkpoint(dir.path(), spec, source_layers(spec)));
   std::unique_ptr<Checkpoint> ckpt;
   ASSERT_OK(Checkpoint::open(dir.path(), &ckpt));
@@ -408,7 +393,7 @@ TEST(CheckpointTensors, MissingOrMisshapenTensorsAreNamed) {
   // A layer without expert tensors says what it looked for.
   CheckpointSpec none = spec_of(kCases[2]);
   none.skip_tensor = [](const std::string& n) { return n.find(".experts.") != std::string::npos; };
-  TempDir dir2;
+  testing::TempDir dir2("fp4moe_test_ckpt");
   ASSERT_OK(testing::write_checkpoint(dir2.path(), none, source_layers(none)));
   ASSERT_OK(Checkpoint::open(dir2.path(), &ckpt));
   s = ckpt->load_moe_layer(0, {}, &w);
@@ -420,7 +405,7 @@ TEST(CheckpointConventions, FusedGateUpUsesTheGateScaleAndWarns) {
   CheckpointSpec spec = spec_of(kCases[2]);
   spec.up_scale_factor = 2.0f;
   const auto layers = source_layers(spec);
-  TempDir dir;
+  testing::TempDir dir("fp4moe_test_ckpt");
   ASSERT_OK(testing::write_checkpoint(dir.path(), spec, layers));
   std::unique_ptr<Checkpoint> ckpt;
   ASSERT_OK(Checkpoint::open(dir.path(), &ckpt));
@@ -437,7 +422,7 @@ TEST(CheckpointConventions, InputScalesAreOptional) {
   CheckpointSpec spec = spec_of(kCases[1]);
   spec.input_scales = false;
   const auto layers = source_layers(spec);
-  TempDir dir;
+  testing::TempDir dir("fp4moe_test_ckpt");
   ASSERT_OK(testing::write_checkpoint(dir.path(), spec, layers));
   std::unique_ptr<Checkpoint> ckpt;
   ASSERT_OK(Checkpoint::open(dir.path(), &ckpt));
@@ -480,7 +465,7 @@ TEST(CheckpointConfig, UnsupportedCheckpointsSayWhy) {
   for (const auto& e : edits) {
     SCOPED_TRACE(e.message);
     const CheckpointSpec spec = spec_of(*e.base);
-    TempDir dir;
+    testing::TempDir dir("fp4moe_test_ckpt");
     ASSERT_OK(testing::write_checkpoint(dir.path(), spec, source_layers(spec)));
     replace_in_file(dir.path() + "/" + e.file, e.from, e.to);
     std::unique_ptr<Checkpoint> ckpt;
@@ -491,7 +476,7 @@ TEST(CheckpointConfig, UnsupportedCheckpointsSayWhy) {
 
   // Not quantized at all.
   const CheckpointSpec spec = spec_of(kCases[2]);
-  TempDir dir;
+  testing::TempDir dir("fp4moe_test_ckpt");
   ASSERT_OK(testing::write_checkpoint(dir.path(), spec, source_layers(spec)));
   fs::remove(dir.path() + "/hf_quant_config.json");
   CheckpointInfo info;

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
@@ -78,6 +79,27 @@ double l2_norm(const A& a) {
   for (auto x : a) s += double(x) * double(x);
   return std::sqrt(s);
 }
+
+// A fresh directory under the system temp dir, removed with everything in it at scope exit.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& prefix) {
+    std::string name = prefix;
+    name.append("_XXXXXX");  // (not prefix + "...": GCC 12 warns falsely, -Wrestrict)
+    std::string tmpl = (std::filesystem::temp_directory_path() / name).string();
+    if (mkdtemp(tmpl.data())) path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
 
 #if FP4MOE_HAS_CUDA
 inline bool gpu_available(std::string* why = nullptr) {
