@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "fp4moe/checkpoint.h"
 #include "fp4moe/moe.h"
 #include "fp4moe/moe_gpu.h"
 #include "fp4moe/numerics.h"
@@ -51,6 +52,8 @@ struct Options {
   int scale = 1;        // divide H and I (smaller runs)
   int check_tokens = 8;  // tokens compared with the reference per token count
   bool random_routing = false;  // uniform random distinct top-k (as the peers' anchors) instead of the router
+  std::string checkpoint;       // --checkpoint DIR: a real layer instead of dummy weights
+  int layer = -1;               // --layer L (default: the first MoE layer)
   std::string tune_out;         // --tune FILE: measure every compiled config per token count, write FILE
   std::string tune_file;        // --tune-file FILE: use measured choices
   std::string argv;
@@ -62,6 +65,7 @@ struct Options {
                "usage: fp4moe-bench [--preset NAME] [--tokens 1,128,8192] [--mode w4a16|w4a4] [--path auto|sm90|simt]\n"
                "                    [--check] [--check-tokens N] [--json FILE] [--iters N] [--warmup N] [--seed N]\n"
                "                    [--scale F] [--routing model|random] [--tune FILE] [--tune-file FILE]\n"
+               "                    [--checkpoint DIR [--layer L]]\n"
                "                    [--verbose]\n",
                msg);
   std::exit(2);
@@ -96,6 +100,8 @@ Options parse(int argc, char** argv) {
       if (!s.ok()) usage(s.message().c_str());
     } else if (a == "--check") o.check = true;
     else if (a == "--check-tokens") o.check_tokens = int(integer(value()));
+    else if (a == "--checkpoint") o.checkpoint = value();
+    else if (a == "--layer") o.layer = int(integer(value()));
     else if (a == "--tune") o.tune_out = value();
     else if (a == "--tune-file") o.tune_file = value();
     else if (a == "--routing") {
@@ -246,11 +252,26 @@ std::vector<uint16_t> random_bf16_normal(std::mt19937_64& rng, size_t n) {
   return v;
 }
 
-double check_against_reference(const MoeProblem& p, uint64_t seed, const std::vector<uint16_t>& hidden,
-                               const std::vector<uint16_t>& out, const std::vector<int32_t>& ids,
-                               const std::vector<float>& weights, int64_t T, int sample) {
-  // The first `sample` tokens, with only the experts they touch regenerated on the host.
+double check_against_reference(const MoeProblem& p, uint64_t seed, const HostMoeWeights* loaded,
+                               const std::vector<uint16_t>& hidden, const std::vector<uint16_t>& out,
+                               const std::vector<int32_t>& ids, const std::vector<float>& weights, int64_t T,
+                               int sample) {
   const int64_t n = std::min<int64_t>(T, sample);
+  if (loaded) {
+    // Checkpoint weights are on the host already: the reference only visits the experts routed to.
+    std::vector<float> ref_out(size_t(n * p.hidden_size));
+    CHECK_OK(ref::moe_forward_routed(p, loaded->view(), {}, hidden.data(), ids.data(), weights.data(), n,
+                                     ref_out.data()));
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n * p.hidden_size; ++i) {
+      const double g = bf16_to_float(out[i]), r = ref_out[i];
+      if (std::isnan(g)) return INFINITY;
+      num += (g - r) * (g - r);
+      den += r * r;
+    }
+    return den > 0 ? std::sqrt(num / den) : INFINITY;
+  }
+  // Dummy weights: the first `sample` tokens, with only the experts they touch regenerated on the host.
   const int K = p.top_k();
   std::vector<int> experts;
   for (int64_t i = 0; i < n * K; ++i) experts.push_back(ids[i]);
@@ -279,7 +300,8 @@ double check_against_reference(const MoeProblem& p, uint64_t seed, const std::ve
   return den > 0 ? std::sqrt(num / den) : INFINITY;
 }
 
-Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, int64_t T, size_t l2_bytes) {
+Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, int64_t T, size_t l2_bytes,
+               const HostMoeWeights* loaded = nullptr) {
   const MoeProblem& p = layer.problem();
   Row row;
   row.tokens = T;
@@ -370,7 +392,7 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
   if (o.check && T > 0) {
     std::vector<uint16_t> out(size_t(T * H));
     CHECK_CUDA(cudaMemcpy(out.data(), d_out, out.size() * 2, cudaMemcpyDeviceToHost));
-    row.check_error = check_against_reference(p, o.seed, hidden[0], out, ids, wts, T, o.check_tokens);
+    row.check_error = check_against_reference(p, o.seed, loaded, hidden[0], out, ids, wts, T, o.check_tokens);
     const double tol = p.mode == Mode::kW4A4 ? 3e-2 : 8e-3;
     row.check_pass = row.check_error <= tol;
   }
@@ -453,17 +475,40 @@ void write_json(const Options& o, const MoeProblem& p, const char* gpu, const Ce
   f << "  ]\n}\n";
 }
 
+// --checkpoint: the layer's problem and its weights on the host (for the layer and for --check).
+void load_checkpoint(const Options& o, MoeProblem* problem, HostMoeWeights* weights) {
+  std::unique_ptr<Checkpoint> ckpt;
+  CHECK_OK(Checkpoint::open(o.checkpoint, &ckpt));
+  const CheckpointInfo& info = ckpt->info();
+  if (info.moe_layers.empty()) {
+    std::fprintf(stderr, "error: checkpoint %s has no MoE layer\n", o.checkpoint.c_str());
+    std::exit(1);
+  }
+  const int layer = o.layer >= 0 ? o.layer : info.moe_layers.front();
+  LoadReport report;
+  CHECK_OK(ckpt->load_moe_layer(layer, {}, weights, &report));
+  *problem = info.problem;
+  for (const auto& w : report.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  std::printf("checkpoint %s: %s (%s), layer %d, %.2f GB read\n", o.checkpoint.c_str(), info.architecture.c_str(),
+              to_string(info.convention), layer, double(report.bytes_read) / 1e9);
+}
+
 int run_cpu_fallback(const Options& o, const char* why) {
   MoeProblem p;
-  CHECK_OK(get_preset(o.preset, &p));
-  const int factor = std::max(o.scale, 16);
-  p = scaled_preset(p, factor);
-  p.mode = o.mode;
-  CHECK_OK(validate(p));
+  HostMoeWeights w;
   std::printf("fp4moe-bench: no CUDA GPU available (%s).\n", why);
+  if (!o.checkpoint.empty()) {
+    load_checkpoint(o, &p, &w);
+    p.mode = o.mode;
+  } else {
+    CHECK_OK(get_preset(o.preset, &p));
+    p = scaled_preset(p, std::max(o.scale, 16));
+    p.mode = o.mode;
+  }
+  CHECK_OK(validate(p));
   std::printf("Running the CPU reference instead, on %s (H=%lld, I=%lld, E=%d, top-%d, %s).\n", p.name.c_str(),
               (long long)p.hidden_size, (long long)p.intermediate_size, p.num_experts(), p.top_k(), to_string(p.mode));
-  HostMoeWeights w = make_random_weights(p, o.seed);
+  if (o.checkpoint.empty()) w = make_random_weights(p, o.seed);
   std::printf("%8s %10s %14s %12s\n", "tokens", "ms", "GFLOP/s(fp64)", "out_norm");
   for (int64_t T : o.tokens) {
     T = std::min<int64_t>(T, 64);
@@ -494,8 +539,13 @@ int main(int argc, char** argv) {
     return run_cpu_fallback(o, err != cudaSuccess ? cudaGetErrorString(err) : "no device");
 
   MoeProblem p;
-  CHECK_OK(get_preset(o.preset, &p));
-  if (o.scale > 1) p = scaled_preset(p, o.scale);
+  HostMoeWeights loaded;
+  if (!o.checkpoint.empty()) {
+    load_checkpoint(o, &p, &loaded);
+  } else {
+    CHECK_OK(get_preset(o.preset, &p));
+    if (o.scale > 1) p = scaled_preset(p, o.scale);
+  }
   p.mode = o.mode;
   p.max_tokens = std::max<int64_t>(1, *std::max_element(o.tokens.begin(), o.tokens.end()));
   CHECK_OK(validate(p));
@@ -510,7 +560,12 @@ int main(int argc, char** argv) {
   lo.path = o.path;
   lo.tune_file = o.tune_file;
   std::unique_ptr<MoeLayer> layer;
-  CHECK_OK(MoeLayer::create_dummy(p, o.seed, lo, &layer));
+  const HostMoeWeights* host = o.checkpoint.empty() ? nullptr : &loaded;
+  auto make_layer = [&] {
+    if (host) CHECK_OK(MoeLayer::create(p, host->view(), lo, &layer));
+    else CHECK_OK(MoeLayer::create_dummy(p, o.seed, lo, &layer));
+  };
+  make_layer();
   if (!o.tune_out.empty()) {
     // Every compiled config at every token count (graph replay, no check), the fastest kept. Nothing
     // is compiled: the candidates are the kernels already in the library.
@@ -526,7 +581,7 @@ int main(int argc, char** argv) {
       std::printf("%7lld", (long long)T);
       for (const auto& name : MoeLayer::sm90_config_names()) {
         CHECK_OK(layer->force_sm90_config(name));
-        const double ms = run_tokens(*layer, quick, Ceilings{1, 1}, T, size_t(prop.l2CacheSize)).graph_ms;
+        const double ms = run_tokens(*layer, quick, Ceilings{1, 1}, T, size_t(prop.l2CacheSize), host).graph_ms;
         std::printf("  %s %.4f", name.c_str(), ms);
         if (ms < best_ms) best_ms = ms, best = name;
       }
@@ -543,9 +598,10 @@ int main(int argc, char** argv) {
     std::printf("wrote %s (%zu entries)\n", o.tune_out.c_str(), table.size());
     lo.tune_file = o.tune_out;
     layer.reset();
-    CHECK_OK(MoeLayer::create_dummy(p, o.seed, lo, &layer));
+    make_layer();
   }
-  std::printf("layer: H=%lld I=%lld E=%d top-%d, %.2f GB of repacked weights, workspace %.1f MB\n",
+  std::printf("layer (%s): H=%lld I=%lld E=%d top-%d, %.2f GB of repacked weights, workspace %.1f MB\n",
+              host ? "checkpoint" : "dummy weights",
               (long long)p.hidden_size, (long long)p.intermediate_size, p.num_experts(), p.top_k(),
               layer->weight_bytes() / 1e9, layer->workspace_bytes() / 1e6);
   std::vector<Row> rows;
@@ -553,7 +609,7 @@ int main(int argc, char** argv) {
   std::printf("\n%7s %7s %11s %11s %10s %8s %9s %9s %s\n", "tokens", "experts", "stream_ms", "graph_ms", "floor_ms",
               "x_floor", "TB/s", "TFLOP/s", o.check ? "check(rel_err)" : "");
   for (int64_t T : o.tokens) {
-    Row r = run_tokens(*layer, o, ceil, T, size_t(prop.l2CacheSize));
+    Row r = run_tokens(*layer, o, ceil, T, size_t(prop.l2CacheSize), host);
     all_pass &= r.check_pass;
     char check[64] = "";
     if (o.check) std::snprintf(check, sizeof check, "%s (%.2e)", r.check_pass ? "pass" : "FAIL", r.check_error);
