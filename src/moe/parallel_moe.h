@@ -25,6 +25,10 @@
 #include "reference/moe_reference.h"
 #include "src/comm/communicator.h"
 
+#if FP4MOE_HAS_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 namespace fp4moe {
 
 // What one rank's experts run on, and the few memory operations dispatch/combine need in its memory.
@@ -66,6 +70,17 @@ class ExpertBackend {
 // output. `full` holds all experts with the full intermediate size (make_random_weights).
 Status make_cpu_reference_backend(const MoeProblem& problem, const HostMoeWeights& full, const RankLayout& layout,
                                   const ref::ReferenceOptions& options, std::unique_ptr<ExpertBackend>* out);
+
+#if FP4MOE_HAS_CUDA
+// The GPU layer (MoeLayer) on this rank's shard, device memory on `stream`, bf16 output (partial outputs
+// are reduced in bf16, as vLLM does). Weights: `host_weights` (all experts, full intermediate size: the
+// layer reads its shard) or, when null, MoeLayer::create_dummy(dummy_seed). problem.max_tokens is the most
+// tokens one rank passes; the layer is sized for max_expert_tokens(config, strategy, ...).
+// STATUS: compiled only, not yet run on a GPU.
+Status make_gpu_backend(const MoeProblem& problem, const ParallelConfig& config, Strategy strategy,
+                        const RankLayout& layout, const MoeWeightsView* host_weights, uint64_t dummy_seed,
+                        cudaStream_t stream, std::unique_ptr<ExpertBackend>* out);
+#endif
 
 // The most tokens the experts of one rank can be handed in one step, given at most max_tokens_per_rank
 // tokens on every rank: sizes a GPU layer's workspace (its problem.max_tokens).

@@ -1,0 +1,186 @@
+// The GPU expert backend of the parallel MoE: MoeLayer on this rank's shard, plus the two small kernels
+// dispatch/combine need in device memory (gather token records by index; add partial-output rows into
+// the output by index). Any sm_90a device; checked against the CPU backend's semantics
+// (parallel_moe.cpp: CpuReferenceBackend::gather_rows / scatter_add_rows).
+//
+// STATUS: compiled only. Not yet run: written on a machine without a GPU.
+// No NCCL here (STYLE.md: kernel code never includes it); the communicator shares the stream.
+#include <algorithm>
+
+#include "fp4moe/moe_gpu.h"
+#include "fp4moe/numerics.h"
+#include "src/common/cuda_utils.h"
+#include "src/moe/parallel_moe.h"
+
+namespace fp4moe {
+
+namespace {
+
+constexpr int kRowThreads = 128;
+
+// dst row i = src row index[i]; rows are words_per_row 32-bit words (token records are multiples of 8 bytes).
+__global__ void gather_rows_kernel(const uint32_t* __restrict__ src, const int32_t* __restrict__ index,
+                                   int64_t words_per_row, uint32_t* __restrict__ dst) {
+  const int64_t i = blockIdx.x;
+  const uint32_t* s = src + int64_t(index[i]) * words_per_row;
+  uint32_t* d = dst + i * words_per_row;
+  for (int64_t w = threadIdx.x; w < words_per_row; w += blockDim.x) d[w] = s[w];
+}
+
+// acc row index[i] += src row i, bf16 in and out, the add in fp32 (one rounding per call). The index
+// entries of one launch are distinct (one destination rank's tokens), so rows never race.
+__global__ void scatter_add_bf16_kernel(const uint16_t* __restrict__ src, const int32_t* __restrict__ index,
+                                        int64_t hidden, uint16_t* __restrict__ acc) {
+  const int64_t i = blockIdx.x;
+  const uint16_t* s = src + i * hidden;
+  uint16_t* a = acc + int64_t(index[i]) * hidden;
+  for (int64_t c = threadIdx.x; c < hidden; c += blockDim.x) a[c] = float_to_bf16(bf16_to_float(a[c]) + bf16_to_float(s[c]));
+}
+
+class GpuLayerBackend final : public ExpertBackend {
+ public:
+  ~GpuLayerBackend() override {
+    if (workspace_) cudaFree(workspace_);
+    if (index_) cudaFree(index_);
+    if (routing_bias_) cudaFree(routing_bias_);
+  }
+
+  static Status create(const MoeProblem& problem, const ParallelConfig& config, Strategy strategy,
+                       const RankLayout& layout, const MoeWeightsView* host_weights, uint64_t dummy_seed,
+                       cudaStream_t stream, std::unique_ptr<ExpertBackend>* out) {
+    auto b = std::unique_ptr<GpuLayerBackend>(new GpuLayerBackend());
+    b->problem_ = problem;
+    b->stream_ = stream;
+    MoeProblem sized = problem;
+    sized.max_tokens = std::max<int64_t>(1, max_expert_tokens(config, strategy, problem.max_tokens));
+    LayerOptions lo;
+    lo.ep_rank = layout.moe_ep_rank;
+    lo.ep_size = layout.moe_ep_size;
+    lo.tp_rank = layout.moe_tp_rank;
+    lo.tp_size = layout.moe_tp_size;
+    std::vector<float> bias;
+    if (host_weights) {
+      FP4MOE_RETURN_IF_ERROR(MoeLayer::create(sized, *host_weights, lo, &b->layer_));
+      if (host_weights->routing_bias) bias.assign(host_weights->routing_bias, host_weights->routing_bias + problem.num_experts());
+    } else {
+      FP4MOE_RETURN_IF_ERROR(MoeLayer::create_dummy(sized, dummy_seed, lo, &b->layer_));
+      // The dummy layer's correction bias is make_random_weights(problem, seed)'s; no expert is needed for it.
+      bias = make_random_weights_subset(problem, dummy_seed, {}).routing_bias;
+    }
+    if (!bias.empty()) {
+      FP4MOE_CUDA_RETURN(cudaMalloc(&b->routing_bias_, bias.size() * sizeof(float)));
+      FP4MOE_CUDA_RETURN(cudaMemcpy(b->routing_bias_, bias.data(), bias.size() * sizeof(float), cudaMemcpyHostToDevice));
+    }
+    b->workspace_bytes_ = b->layer_->workspace_bytes();
+    FP4MOE_CUDA_RETURN(cudaMalloc(&b->workspace_, std::max<size_t>(b->workspace_bytes_, 256)));
+    // Index rows: alltoall gathers at most max_tokens * min(k, world) records in one call.
+    b->index_capacity_ = size_t(std::max<int64_t>(1, problem.max_tokens)) *
+                         size_t(std::max(1, std::min(problem.top_k(), config.world_size())));
+    FP4MOE_CUDA_RETURN(cudaMalloc(&b->index_, b->index_capacity_ * sizeof(int32_t)));
+    *out = std::move(b);
+    return Status::Ok();
+  }
+
+  comm::MemorySpace memory_space() const override { return comm::MemorySpace::kDevice; }
+  comm::DataType output_type() const override { return comm::DataType::kBF16; }
+
+  Status route(const void* logits, LogitsType logits_type, int64_t n, int32_t* ids, float* weights) override {
+    RoutingArgs a;
+    a.logits = logits;
+    a.logits_type = logits_type;
+    a.correction_bias = routing_bias_;
+    a.num_tokens = n;
+    a.topk_ids = ids;
+    a.topk_weights = weights;
+    return route_gpu(problem_.routing, a, stream_);
+  }
+
+  Status run_experts(const uint16_t* hidden, const int32_t* ids, const float* weights, int64_t n, void* out) override {
+    if (n == 0) return Status::Ok();
+    ForwardArgs a;
+    a.hidden = hidden;
+    a.topk_ids = ids;
+    a.topk_weights = weights;
+    a.num_tokens = n;
+    a.out = static_cast<uint16_t*>(out);
+    return layer_->forward(a, workspace_, workspace_bytes_, stream_);
+  }
+
+  Status allocate(size_t bytes, void** out) override {
+    FP4MOE_CUDA_RETURN(cudaMalloc(out, std::max<size_t>(bytes, 256)));
+    return Status::Ok();
+  }
+  void release(void* p) override { cudaFree(p); }
+  Status copy_to_host(void* dst, const void* src, size_t bytes) override {
+    if (!bytes) return Status::Ok();
+    FP4MOE_CUDA_RETURN(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    FP4MOE_CUDA_RETURN(cudaStreamSynchronize(stream_));
+    return Status::Ok();
+  }
+  Status copy_from_host(void* dst, const void* src, size_t bytes) override {
+    // NOTE: from pageable memory cudaMemcpyAsync returns only once `src` has been staged, so the caller
+    // may reuse it (a stack variable) right away.
+    if (bytes) FP4MOE_CUDA_RETURN(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+    return Status::Ok();
+  }
+  Status copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows) override {
+    if (rows && width)
+      FP4MOE_CUDA_RETURN(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDeviceToDevice, stream_));
+    return Status::Ok();
+  }
+  Status gather_rows(const void* src, const int32_t* host_index, int64_t n, size_t row_bytes, void* dst) override {
+    if (n == 0) return Status::Ok();
+    if (row_bytes % 4) return internal_error("gather_rows: row_bytes = ", row_bytes, " is not a multiple of 4");
+    FP4MOE_RETURN_IF_ERROR(upload_index(host_index, n));
+    gather_rows_kernel<<<unsigned(n), kRowThreads, 0, stream_>>>(static_cast<const uint32_t*>(src), index_,
+                                                                int64_t(row_bytes / 4), static_cast<uint32_t*>(dst));
+    FP4MOE_CUDA_LAUNCH_CHECK("gather_rows_kernel");
+    return Status::Ok();
+  }
+  Status scatter_add_rows(const void* src, const int32_t* host_index, int64_t n, void* acc) override {
+    if (n == 0) return Status::Ok();
+    FP4MOE_RETURN_IF_ERROR(upload_index(host_index, n));
+    scatter_add_bf16_kernel<<<unsigned(n), kRowThreads, 0, stream_>>>(static_cast<const uint16_t*>(src), index_,
+                                                                     problem_.hidden_size, static_cast<uint16_t*>(acc));
+    FP4MOE_CUDA_LAUNCH_CHECK("scatter_add_bf16_kernel");
+    return Status::Ok();
+  }
+  Status zero(void* dst, size_t bytes) override {
+    if (bytes) FP4MOE_CUDA_RETURN(cudaMemsetAsync(dst, 0, bytes, stream_));
+    return Status::Ok();
+  }
+  Status synchronize() override {
+    FP4MOE_CUDA_RETURN(cudaStreamSynchronize(stream_));
+    return Status::Ok();
+  }
+
+ private:
+  GpuLayerBackend() = default;
+  Status upload_index(const int32_t* host_index, int64_t n) {
+    if (size_t(n) > index_capacity_)
+      return internal_error("parallel GPU backend: ", n, " index rows exceed the capacity of ", index_capacity_);
+    // Stream order keeps the previous kernel's reads of index_ before this overwrite.
+    FP4MOE_CUDA_RETURN(cudaMemcpyAsync(index_, host_index, size_t(n) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    return Status::Ok();
+  }
+
+  MoeProblem problem_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<MoeLayer> layer_;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  int32_t* index_ = nullptr;
+  size_t index_capacity_ = 0;
+  float* routing_bias_ = nullptr;
+};
+
+}  // namespace
+
+Status make_gpu_backend(const MoeProblem& problem, const ParallelConfig& config, Strategy strategy,
+                        const RankLayout& layout, const MoeWeightsView* host_weights, uint64_t dummy_seed,
+                        cudaStream_t stream, std::unique_ptr<ExpertBackend>* out) {
+  if (!out) return invalid_argument("make_gpu_backend: out is null");
+  return GpuLayerBackend::create(problem, config, strategy, layout, host_weights, dummy_seed, stream, out);
+}
+
+}  // namespace fp4moe

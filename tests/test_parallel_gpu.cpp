@@ -1,0 +1,277 @@
+// Parallel MoE on 2 GPUs over NCCL: the collectives of NcclCommunicator, then every valid 2-rank config
+// with each applicable strategy (TP2 and EP2 with tp-allreduce, DP2 and DP2+EP2 with
+// allgather-reducescatter, DP2+EP2 with alltoall) against the single-GPU layer, and a rank that dies
+// mid-step. Ranks are threads of this process, one per GPU, each with its own NCCL communicator
+// (bootstrapped through the TCP rendezvous over loopback, as separate processes would be).
+//
+// "EP2" is TP2+EP2 in vLLM's terms (dp = 1, tp = 2, ep = 2): on 2 GPUs they are the same config.
+//
+// Tolerance vs the single GPU: normalized L2 <= 1e-2. Why: each rank's partial output is rounded to
+// bf16 and the partials are summed in bf16 (NCCL), so an element carries up to two more bf16 roundings
+// (2^-9 relative each) than the single GPU's one, on values that can cancel (TP slices). Bit-identical
+// where a token's output comes from one rank alone: top-1 routing (Llama-4) with EP, where the other rank
+// adds exact zeros.
+//
+// STATUS: compiled only so far; skips (saying why) without 2 GPUs.
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "fp4moe/moe_gpu.h"
+#include "fp4moe/parallel.h"
+#include "moe_test_util.h"
+#include "src/comm/nccl_comm.h"
+#include "src/moe/parallel_moe.h"
+
+namespace fp4moe {
+namespace {
+
+using comm::CommOptions;
+using comm::DataType;
+using comm::NcclCommunicator;
+using testing::DeviceBuffer;
+using testing::make_rng;
+using Clock = std::chrono::steady_clock;
+
+constexpr double kGpuParallelTolerance = 1e-2;
+
+#define FP4MOE_REQUIRE_TWO_GPUS()                                                                   \
+  do {                                                                                              \
+    int n_ = 0;                                                                                     \
+    if (cudaGetDeviceCount(&n_) != cudaSuccess) n_ = 0;                                             \
+    cudaGetLastError();                                                                             \
+    if (n_ < 2) GTEST_SKIP() << "needs 2 CUDA GPUs, found " << n_ << ": multi-GPU test skipped";   \
+  } while (0)
+
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  ::close(fd);
+  return port;
+}
+
+CommOptions with_timeout(int ms) {
+  CommOptions o;
+  o.timeout = std::chrono::milliseconds(ms);
+  return o;
+}
+
+// Runs fn(rank, world) on two threads, GPU r for rank r, each with its own stream and NCCL world
+// communicator created through the TCP rendezvous.
+std::vector<Status> on_two_gpus(const CommOptions& options,
+                                const std::function<Status(int, NcclCommunicator&, cudaStream_t)>& fn) {
+  const int port = free_port();
+  std::vector<Status> st(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      LaunchInfo info;
+      info.launcher = "test";
+      info.rank = r;
+      info.world_size = 2;
+      info.local_rank = r;
+      info.local_world_size = 2;
+      info.master_addr = "127.0.0.1";
+      info.master_port = port;
+      if (cudaSetDevice(r) != cudaSuccess) {
+        st[r] = Status(StatusCode::kCudaError, "cudaSetDevice");
+        return;
+      }
+      cudaStream_t stream = nullptr;
+      cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+      std::unique_ptr<NcclCommunicator> world;
+      st[r] = comm::create_nccl_world(info, stream, options, &world);
+      if (st[r].ok()) st[r] = fn(r, *world, stream);
+      world.reset();
+      cudaStreamDestroy(stream);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return st;
+}
+
+TEST(NcclComm, Collectives) {
+  FP4MOE_REQUIRE_TWO_GPUS();
+  auto st = on_two_gpus(with_timeout(60000), [](int rank, NcclCommunicator& c, cudaStream_t stream) -> Status {
+    // all_gather_v with unequal counts (rank 0 sends 1 element, rank 1 sends 3), then equal counts.
+    std::vector<size_t> counts{1, 3};
+    DeviceBuffer<float> send(std::vector<float>(3, float(rank + 1))), recv(4);
+    FP4MOE_RETURN_IF_ERROR(c.all_gather_v(send.get(), counts[rank], recv.get(), counts, DataType::kF32));
+    if (recv.download() != std::vector<float>{1, 2, 2, 2}) return internal_error("all_gather_v on rank ", rank);
+    // reduce_scatter_v: blocks of 1 and 3, every rank contributes (rank + 1).
+    DeviceBuffer<float> full(std::vector<float>(4, float(rank + 1))), part(3);
+    FP4MOE_RETURN_IF_ERROR(c.reduce_scatter_v_sum(full.get(), counts, part.get(), DataType::kF32));
+    std::vector<float> got = part.download();
+    for (size_t i = 0; i < counts[rank]; ++i)
+      if (got[i] != 3.0f) return internal_error("reduce_scatter_v on rank ", rank);
+    // all_to_all_v: rank a sends a + b + 1 values 10a + b to rank b.
+    std::vector<size_t> sc{size_t(rank + 1), size_t(rank + 2)}, rc{size_t(rank + 1), size_t(rank + 2)};
+    std::vector<int32_t> out, want;
+    for (int b = 0; b < 2; ++b) {
+      for (size_t i = 0; i < sc[b]; ++i) out.push_back(10 * rank + b);
+      for (size_t i = 0; i < rc[b]; ++i) want.push_back(10 * b + rank);
+    }
+    DeviceBuffer<int32_t> a2a_send(out), a2a_recv(want.size());
+    FP4MOE_RETURN_IF_ERROR(c.all_to_all_v(a2a_send.get(), sc, a2a_recv.get(), rc, DataType::kI32));
+    if (a2a_recv.download() != want) return internal_error("all_to_all_v on rank ", rank);
+    // all_reduce in bf16, split, barrier.
+    DeviceBuffer<uint16_t> h(std::vector<uint16_t>{float_to_bf16(0.5f * (rank + 1))});
+    FP4MOE_RETURN_IF_ERROR(c.all_reduce_sum(h.get(), h.get(), 1, DataType::kBF16));
+    if (bf16_to_float(h.download()[0]) != 1.5f) return internal_error("all_reduce bf16 on rank ", rank);
+    std::unique_ptr<comm::Communicator> self;
+    FP4MOE_RETURN_IF_ERROR(c.split(rank, 0, "self", &self));
+    if (!self || self->size() != 1) return internal_error("split on rank ", rank);
+    (void)stream;
+    return c.barrier();
+  });
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].to_string();
+}
+
+struct GroupData {
+  int64_t num_tokens = 0;
+  std::vector<uint16_t> hidden;
+  std::vector<float> logits;
+  std::vector<uint16_t> single_gpu;  // the whole layer on one GPU for these tokens
+};
+
+class ParallelGpu : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ParallelGpu, EveryTwoRankConfigMatchesTheSingleGpu) {
+  FP4MOE_REQUIRE_TWO_GPUS();
+  MoeProblem full;
+  ASSERT_OK(get_preset(GetParam(), &full));
+  MoeProblem p = scaled_preset(full, std::string(GetParam()) == "llama4-scout" ? 32 : 16);
+  p.max_tokens = 64;
+  const uint64_t seed = testing::test_seed() + 11;
+  auto rng = make_rng(seed);
+  // Group 0 has 33 tokens, group 1 none (dp = 2 configs), so an idle rank takes part too.
+  std::vector<GroupData> groups(2);
+  groups[0].num_tokens = 33;
+  for (GroupData& g : groups) {
+    g.hidden = testing::random_hidden(rng, g.num_tokens, p.hidden_size);
+    g.logits = testing::random_logits(rng, g.num_tokens, p.num_experts());
+  }
+  {
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    std::unique_ptr<MoeLayer> whole;
+    ASSERT_OK(MoeLayer::create_dummy(p, seed, {}, &whole));
+    for (GroupData& g : groups) {
+      if (g.num_tokens == 0) continue;
+      DeviceBuffer<uint16_t> h(g.hidden), out(size_t(g.num_tokens * p.hidden_size));
+      DeviceBuffer<float> l(g.logits);
+      DeviceBuffer<char> ws(whole->workspace_bytes());
+      ForwardArgs a;
+      a.hidden = h.get();
+      a.router_logits = l.get();
+      a.num_tokens = g.num_tokens;
+      a.out = out.get();
+      ASSERT_OK(whole->forward(a, ws.get(), ws.size(), nullptr));
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      g.single_gpu = out.download();
+    }
+  }
+  const bool single_contributor = p.top_k() == 1;
+  for (const ParallelConfig& c : valid_configs(p, 2)) {
+    for (Strategy s : applicable_strategies(c)) {
+      SCOPED_TRACE(::testing::Message() << p.name << " dp=" << c.dp << " tp=" << c.tp << " ep=" << c.ep << " "
+                                        << to_string(s));
+      std::vector<std::vector<uint16_t>> outs(2);
+      auto st = on_two_gpus(with_timeout(60000), [&](int rank, NcclCommunicator& world, cudaStream_t stream) -> Status {
+        const RankLayout l = rank_layout(c, rank);
+        std::unique_ptr<ExpertBackend> backend;
+        FP4MOE_RETURN_IF_ERROR(make_gpu_backend(p, c, s, l, nullptr, seed, stream, &backend));
+        std::unique_ptr<ParallelMoe> layer;
+        FP4MOE_RETURN_IF_ERROR(ParallelMoe::create(p, c, s, &world, std::move(backend), {}, &layer));
+        const GroupData& g = c.dp == 1 ? groups[0] : groups[l.dp_rank];
+        DeviceBuffer<uint16_t> h(g.hidden.empty() ? std::vector<uint16_t>(8) : g.hidden);
+        DeviceBuffer<float> logits(g.logits.empty() ? std::vector<float>(1) : g.logits);
+        DeviceBuffer<uint16_t> out(std::max<size_t>(1, size_t(g.num_tokens * p.hidden_size)));  // poisoned (0xFF)
+        ParallelMoe::Args a;
+        a.hidden = h.get();
+        a.router_logits = logits.get();
+        a.num_tokens = g.num_tokens;
+        a.out = out.get();
+        FP4MOE_RETURN_IF_ERROR(layer->forward(a));
+        outs[rank] = out.download();
+        outs[rank].resize(size_t(g.num_tokens * p.hidden_size));
+        return Status::Ok();
+      });
+      for (int r = 0; r < 2; ++r) {
+        ASSERT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].to_string();
+        const GroupData& g = c.dp == 1 ? groups[0] : groups[rank_layout(c, r).dp_rank];
+        if (g.num_tokens == 0) continue;
+        const auto got = testing::bf16_to_floats(outs[r]);
+        const auto want = testing::bf16_to_floats(g.single_gpu);
+        EXPECT_GT(testing::l2_norm(got), 0.0) << "rank " << r;
+        EXPECT_LE(testing::rel_l2(got, want), kGpuParallelTolerance) << "rank " << r;
+        if (single_contributor && c.ep > 1) {
+          EXPECT_EQ(outs[r], g.single_gpu) << "rank " << r << " (top-1, EP)";
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Presets, ParallelGpu, ::testing::Values("deepseek-r1", "llama4-scout"),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           std::string name = info.param;
+                           for (char& ch : name)
+                             if (ch == '-') ch = '_';
+                           return name;
+                         });
+
+// Rank 1 aborts its communicator after set-up (as a crashing process would leave it); rank 0's step
+// must fail with kTimeout naming its rank, group and operation within the deadline, not hang.
+TEST(ParallelGpu, RankDyingMidStepFailsThePeerWithinTheDeadline) {
+  FP4MOE_REQUIRE_TWO_GPUS();
+  MoeProblem full;
+  ASSERT_OK(get_preset("deepseek-r1", &full));
+  MoeProblem p = scaled_preset(full, 16);
+  p.max_tokens = 16;
+  const ParallelConfig c{2, 1, 2};
+  const int deadline_ms = 3000;
+  Clock::time_point step_start{}, step_end{};
+  auto st = on_two_gpus(with_timeout(deadline_ms), [&](int rank, NcclCommunicator& world, cudaStream_t stream) -> Status {
+    std::unique_ptr<ExpertBackend> backend;
+    FP4MOE_RETURN_IF_ERROR(make_gpu_backend(p, c, Strategy::kAllToAll, rank_layout(c, rank), nullptr, 1, stream, &backend));
+    std::unique_ptr<ParallelMoe> layer;
+    FP4MOE_RETURN_IF_ERROR(ParallelMoe::create(p, c, Strategy::kAllToAll, &world, std::move(backend), {}, &layer));
+    if (rank == 1) {
+      world.abort("simulated crash");
+      return Status::Ok();
+    }
+    auto rng = make_rng(5);
+    DeviceBuffer<uint16_t> h(testing::random_hidden(rng, 8, p.hidden_size)), out(size_t(8 * p.hidden_size));
+    DeviceBuffer<float> logits(testing::random_logits(rng, 8, p.num_experts()));
+    ParallelMoe::Args a;
+    a.hidden = h.get();
+    a.router_logits = logits.get();
+    a.num_tokens = 8;
+    a.out = out.get();
+    step_start = Clock::now();
+    Status s = layer->forward(a);
+    step_end = Clock::now();
+    return s;
+  });
+  EXPECT_OK(st[1]);
+  EXPECT_EQ(st[0].code(), StatusCode::kTimeout) << st[0].to_string();
+  EXPECT_NE(st[0].message().find("rank 0 of NCCL group 'world'"), std::string::npos) << st[0].message();
+  EXPECT_NE(st[0].message().find("all_to_all_v"), std::string::npos) << st[0].message();
+  EXPECT_LT(step_end - step_start, std::chrono::milliseconds(deadline_ms + 2000));
+}
+
+}  // namespace
+}  // namespace fp4moe
