@@ -1,0 +1,414 @@
+// fp4moe-bench-parallel: times the parallel MoE layer, split into dispatch / experts / combine, for each
+// parallel config and strategy, on N local GPUs (one process each) or, with --cpu, on N in-process ranks
+// running the fp64 reference (to check the tool and the plumbing without a GPU; the times then mean little).
+//
+//   fp4moe-bench-parallel --nproc 2 [--preset deepseek-r1] [--tokens 1,128,1024,8192] [--configs all|dp2tp1ep2,...]
+//                         [--strategies all|alltoall,...] [--iters 20] [--warmup 3] [--timeout-ms 60000]
+//                         [--cpu [--scale 16]]
+//
+// Without launcher variables and with --nproc N > 1 it starts N copies of itself with torchrun-style
+// variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT=a free
+// port) and waits for them; under torchrun/mpirun/srun it is one of the ranks already. Every rank builds
+// the layer on dummy weights for each (config, strategy), runs warm-up steps, then:
+//   phases: steps with a stream synchronize at each phase boundary (StepTimes), median per phase;
+//   step:   steps without those inner synchronizes, median wall time (what a caller sees);
+//   raw:    a plain all-gather + reduce-scatter of the same bytes through the same communicator, median
+//           (the NCCL bandwidth reference for dispatch + combine, measured in the same run).
+// Rank 0 prints the slowest rank's medians per row. Host-clock timing (steady_clock) around synchronized
+// steps: it includes launch overheads and is not CUDA-graph replay.
+//
+// STATUS: the GPU mode is compiled only (written without a GPU); --cpu runs here.
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "fp4moe/moe.h"
+#include "fp4moe/numerics.h"
+#include "fp4moe/parallel.h"
+#include "src/comm/local_comm.h"
+#include "src/comm/nccl_comm.h"
+#include "src/moe/parallel_moe.h"
+
+extern char** environ;
+
+namespace {
+
+using namespace fp4moe;
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  int nproc = 1;
+  std::string preset = "deepseek-r1";
+  std::vector<int64_t> tokens = {1, 128, 1024, 8192};
+  std::string configs = "all";
+  std::string strategies = "all";
+  int iters = 20;
+  int warmup = 3;
+  int timeout_ms = 60000;
+  bool cpu = false;
+  int scale = 16;  // --cpu only: the reference is slow at full size
+};
+
+[[noreturn]] void die(const std::string& msg) {
+  std::fprintf(stderr, "fp4moe-bench-parallel: %s\n", msg.c_str());
+  std::exit(2);
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+int to_int(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  const long x = std::strtol(v.c_str(), &end, 10);
+  if (v.empty() || *end || x < 0 || x > (1 << 30)) die(flag + " = '" + v + "' is not a non-negative integer");
+  return int(x);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) die(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--nproc") o.nproc = to_int(a, value());
+    else if (a == "--preset") o.preset = value();
+    else if (a == "--tokens") {
+      o.tokens.clear();
+      for (const auto& t : split_list(value())) o.tokens.push_back(to_int(a, t));
+    } else if (a == "--configs") o.configs = value();
+    else if (a == "--strategies") o.strategies = value();
+    else if (a == "--iters") o.iters = std::max(1, to_int(a, value()));
+    else if (a == "--warmup") o.warmup = to_int(a, value());
+    else if (a == "--timeout-ms") o.timeout_ms = std::max(1, to_int(a, value()));
+    else if (a == "--cpu") o.cpu = true;
+    else if (a == "--scale") o.scale = std::max(1, to_int(a, value()));
+    else if (a == "--help" || a == "-h") {
+      std::printf("see the header of tools/fp4moe_bench_parallel.cpp\n");
+      std::exit(0);
+    } else {
+      die("unknown argument '" + a + "'");
+    }
+  }
+  if (o.nproc < 1) die("--nproc = " + std::to_string(o.nproc) + " must be >= 1");
+  if (o.tokens.empty()) die("--tokens is empty");
+  return o;
+}
+
+std::string config_name(const ParallelConfig& c) {
+  return "dp" + std::to_string(c.dp) + "tp" + std::to_string(c.tp) + "ep" + std::to_string(c.ep);
+}
+
+// The (config, strategy) pairs to run, in a fixed order every rank computes alike.
+std::vector<std::pair<ParallelConfig, Strategy>> plan(const Options& o, const MoeProblem& p, int world) {
+  const std::vector<std::string> want_c = split_list(o.configs), want_s = split_list(o.strategies);
+  std::vector<std::pair<ParallelConfig, Strategy>> out;
+  for (const ParallelConfig& c : valid_configs(p, world)) {
+    if (o.configs != "all" && std::find(want_c.begin(), want_c.end(), config_name(c)) == want_c.end()) continue;
+    for (Strategy s : applicable_strategies(c)) {
+      if (o.strategies != "all" && std::find(want_s.begin(), want_s.end(), to_string(s)) == want_s.end()) continue;
+      out.push_back({c, s});
+    }
+  }
+  return out;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Per-rank medians, in ms: dispatch, experts, combine, step, raw.
+constexpr int kNumStats = 5;
+
+// Rank 0 gets every rank's stats through the communicator (in the backend's memory).
+Status gather_stats(comm::Communicator& world, ExpertBackend& backend, const std::vector<double>& mine,
+                    std::vector<double>* all) {
+  const int n = world.size();
+  void* dev = nullptr;
+  FP4MOE_RETURN_IF_ERROR(backend.allocate(sizeof(double) * kNumStats * (n + 1), &dev));
+  auto* d = static_cast<double*>(dev);
+  Status s = backend.copy_from_host(d, mine.data(), sizeof(double) * kNumStats);
+  if (s.ok())
+    s = world.all_gather_v(d, kNumStats * sizeof(double), d + kNumStats,
+                           comm::equal_counts(n, kNumStats * sizeof(double)), comm::DataType::kU8);
+  all->resize(size_t(kNumStats) * n);
+  if (s.ok()) s = backend.copy_to_host(all->data(), d + kNumStats, sizeof(double) * kNumStats * n);
+  backend.release(dev);
+  return s;
+}
+
+// Inputs of one rank in the backend's memory: random hidden states and logits.
+struct Inputs {
+  void* hidden = nullptr;
+  void* logits = nullptr;
+  void* out = nullptr;
+};
+
+Status run_rank(const Options& o, const MoeProblem& base, comm::Communicator& world,
+                const std::function<Status(const MoeProblem&, const ParallelConfig&, Strategy, const RankLayout&,
+                                           std::unique_ptr<ExpertBackend>*)>& make_backend) {
+  const int rank = world.rank();
+  const auto runs = plan(o, base, world.size());
+  if (rank == 0) {
+    std::printf("fp4moe-bench-parallel: %d ranks (%s), preset %s, H %lld, I %lld, E %d, top-%d; ms, slowest rank\n",
+                world.size(), o.cpu ? "cpu reference" : "nccl", base.name.c_str(), (long long)base.hidden_size,
+                (long long)base.intermediate_size, base.num_experts(), base.top_k());
+    std::printf("%-12s %-24s %8s %10s %10s %10s %10s %10s %10s\n", "config", "strategy", "tok/rank", "dispatch",
+                "experts", "combine", "phases", "step", "raw-comm");
+    if (runs.empty()) std::printf("(no config/strategy matches --configs/--strategies for %d ranks)\n", world.size());
+  }
+  MoeProblem p = base;
+  p.max_tokens = *std::max_element(o.tokens.begin(), o.tokens.end());
+  std::mt19937_64 rng(1000 + rank);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const auto& [config, strategy] : runs) {
+    const RankLayout layout = rank_layout(config, rank);
+    std::unique_ptr<ExpertBackend> backend;
+    FP4MOE_RETURN_IF_ERROR(make_backend(p, config, strategy, layout, &backend));
+    ExpertBackend* b = backend.get();
+    std::unique_ptr<ParallelMoe> layer;
+    FP4MOE_RETURN_IF_ERROR(ParallelMoe::create(p, config, strategy, &world, std::move(backend), {}, &layer));
+    const size_t H = size_t(p.hidden_size), E = size_t(p.num_experts()), T = size_t(p.max_tokens);
+    const size_t out_bytes = T * H * comm::size_of(b->output_type());
+    // Raw reference: the same per-rank bytes as dispatch (token records) and combine (outputs).
+    const size_t record_bytes = H * 2 + size_t(p.top_k()) * 8;
+    Inputs in;
+    void* raw_send = nullptr;
+    void* raw_recv = nullptr;
+    const size_t raw_bytes = std::max(T * record_bytes, out_bytes) * size_t(world.size());
+    FP4MOE_RETURN_IF_ERROR(b->allocate(T * H * 2, &in.hidden));
+    FP4MOE_RETURN_IF_ERROR(b->allocate(T * E * 4, &in.logits));
+    FP4MOE_RETURN_IF_ERROR(b->allocate(out_bytes, &in.out));
+    FP4MOE_RETURN_IF_ERROR(b->allocate(raw_bytes, &raw_send));
+    FP4MOE_RETURN_IF_ERROR(b->allocate(raw_bytes, &raw_recv));
+    {
+      std::vector<uint16_t> h(T * H);
+      std::vector<float> l(T * E);
+      for (auto& x : h) x = float_to_bf16(normal(rng));
+      for (auto& x : l) x = normal(rng);
+      FP4MOE_RETURN_IF_ERROR(b->copy_from_host(in.hidden, h.data(), h.size() * 2));
+      FP4MOE_RETURN_IF_ERROR(b->copy_from_host(in.logits, l.data(), l.size() * 4));
+      FP4MOE_RETURN_IF_ERROR(b->zero(raw_send, raw_bytes));
+    }
+    for (int64_t tokens : o.tokens) {
+      // Tokens per rank; a DP group's TP ranks share theirs (that is what tp means here).
+      ParallelMoe::Args a;
+      a.hidden = static_cast<const uint16_t*>(in.hidden);
+      a.router_logits = in.logits;
+      a.num_tokens = tokens;
+      a.out = in.out;
+      std::vector<double> dispatch, experts, combine, step, raw;
+      for (int i = 0; i < o.warmup; ++i) FP4MOE_RETURN_IF_ERROR(layer->forward(a));
+      for (int i = 0; i < o.iters; ++i) {
+        StepTimes t;
+        FP4MOE_RETURN_IF_ERROR(layer->forward(a, &t));
+        dispatch.push_back(t.dispatch_s * 1e3);
+        experts.push_back(t.experts_s * 1e3);
+        combine.push_back(t.combine_s * 1e3);
+      }
+      for (int i = 0; i < o.iters; ++i) {
+        FP4MOE_RETURN_IF_ERROR(world.barrier());
+        const Clock::time_point t0 = Clock::now();
+        FP4MOE_RETURN_IF_ERROR(layer->forward(a));
+        FP4MOE_RETURN_IF_ERROR(b->synchronize());
+        step.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      }
+      const size_t gather_bytes = size_t(tokens) * record_bytes;
+      const size_t scatter_elems = size_t(tokens) * H;
+      for (int i = 0; i < o.iters; ++i) {
+        FP4MOE_RETURN_IF_ERROR(world.barrier());
+        const Clock::time_point t0 = Clock::now();
+        FP4MOE_RETURN_IF_ERROR(world.all_gather_v(raw_send, gather_bytes, raw_recv,
+                                                  comm::equal_counts(world.size(), gather_bytes), comm::DataType::kU8));
+        FP4MOE_RETURN_IF_ERROR(world.reduce_scatter_v_sum(raw_send, comm::equal_counts(world.size(), scatter_elems),
+                                                          raw_recv, b->output_type()));
+        FP4MOE_RETURN_IF_ERROR(world.synchronize());
+        raw.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      }
+      std::vector<double> mine{median(dispatch), median(experts), median(combine), median(step), median(raw)}, all;
+      FP4MOE_RETURN_IF_ERROR(gather_stats(world, *b, mine, &all));
+      if (rank == 0) {
+        std::vector<double> worst(kNumStats, 0.0);
+        for (int r = 0; r < world.size(); ++r)
+          for (int k = 0; k < kNumStats; ++k) worst[k] = std::max(worst[k], all[size_t(r) * kNumStats + k]);
+        std::printf("%-12s %-24s %8lld %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f\n", config_name(config).c_str(),
+                    to_string(strategy), (long long)tokens, worst[0], worst[1], worst[2], worst[0] + worst[1] + worst[2],
+                    worst[3], worst[4]);
+        std::fflush(stdout);
+      }
+    }
+    b->release(in.hidden);
+    b->release(in.logits);
+    b->release(in.out);
+    b->release(raw_send);
+    b->release(raw_recv);
+  }
+  return Status::Ok();
+}
+
+int run_cpu(const Options& o, const MoeProblem& p) {
+  const HostMoeWeights weights = make_random_weights(p, 1234);
+  comm::CommOptions co;
+  co.timeout = std::chrono::milliseconds(o.timeout_ms);
+  auto world = comm::LocalWorld::create(o.nproc, co);
+  auto st = comm::run_local_ranks(world, [&](int, comm::Communicator& c) -> Status {
+    return run_rank(o, p, c,
+                    [&](const MoeProblem& prob, const ParallelConfig&, Strategy, const RankLayout& layout,
+                        std::unique_ptr<ExpertBackend>* out) {
+                      ref::ReferenceOptions ro;
+                      ro.num_threads = 1;
+                      return make_cpu_reference_backend(prob, weights, layout, ro, out);
+                    });
+  });
+  int rc = 0;
+  for (size_t r = 0; r < st.size(); ++r)
+    if (!st[r].ok()) {
+      std::fprintf(stderr, "rank %zu: %s\n", r, st[r].to_string().c_str());
+      rc = 1;
+    }
+  return rc;
+}
+
+int run_gpu_rank(const Options& o, const MoeProblem& p, const LaunchInfo& info) {
+  comm::CommOptions co;
+  co.timeout = std::chrono::milliseconds(o.timeout_ms);
+  cudaStream_t stream = nullptr;
+  std::unique_ptr<comm::NcclCommunicator> world;
+  Status s = Status::Ok();
+  int device_count = 0;
+  if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
+    s = unsupported("no CUDA device on this node: use --cpu");
+  } else if (info.local_rank < device_count && cudaSetDevice(info.local_rank) == cudaSuccess &&
+             cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess) {
+    s = comm::create_nccl_world(info, stream, co, &world);
+  } else {
+    s = invalid_argument("local_rank = ", info.local_rank, " but this node has ", device_count, " GPUs");
+  }
+  if (s.ok())
+    s = run_rank(o, p, *world,
+                 [&](const MoeProblem& prob, const ParallelConfig& c, Strategy strategy, const RankLayout& layout,
+                     std::unique_ptr<ExpertBackend>* out) {
+                   return make_gpu_backend(prob, c, strategy, layout, nullptr, 1234, stream, out);
+                 });
+  world.reset();
+  if (stream) cudaStreamDestroy(stream);
+  if (!s.ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", info.rank, s.to_string().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  ::close(fd);
+  return port;
+}
+
+// Starts nproc copies of this program as ranks 0..nproc-1 and waits; if one fails, the others are
+// stopped after their deadline would have passed anyway (they fail on their own through the
+// communicator's deadline; SIGTERM is the backstop).
+int launch_local(int argc, char** argv, const Options& o) {
+  const int port = free_port();
+  if (port == 0) die("no free local port for the rendezvous");
+  std::vector<pid_t> pids;
+  for (int r = 0; r < o.nproc; ++r) {
+    // This process's environment minus the variables set below (getenv would find a stale first copy).
+    static const char* kOwn[] = {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=", "MASTER_ADDR=", "MASTER_PORT="};
+    std::vector<std::string> env;
+    for (char** e = environ; *e; ++e) {
+      bool own = false;
+      for (const char* k : kOwn) own = own || std::strncmp(*e, k, std::strlen(k)) == 0;
+      if (!own) env.push_back(*e);
+    }
+    auto set = [&](const std::string& k, const std::string& v) { env.push_back(k + "=" + v); };
+    set("RANK", std::to_string(r));
+    set("WORLD_SIZE", std::to_string(o.nproc));
+    set("LOCAL_RANK", std::to_string(r));
+    set("LOCAL_WORLD_SIZE", std::to_string(o.nproc));
+    set("MASTER_ADDR", "127.0.0.1");
+    set("MASTER_PORT", std::to_string(port));
+    std::vector<char*> envp;
+    for (auto& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    pid_t pid = 0;
+    if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv, envp.data()) != 0) die("posix_spawn failed");
+    pids.push_back(pid);
+  }
+  (void)argc;
+  int rc = 0;
+  size_t remaining = pids.size();
+  Clock::time_point first_failure{};
+  while (remaining) {
+    int status = 0;
+    const pid_t done = ::waitpid(-1, &status, WNOHANG);
+    if (done > 0) {
+      --remaining;
+      const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (!ok && rc == 0) {
+        rc = 1;
+        first_failure = Clock::now();
+      }
+      for (auto& p : pids)
+        if (p == done) p = 0;
+      continue;
+    }
+    if (rc != 0 && Clock::now() - first_failure > std::chrono::milliseconds(o.timeout_ms) + std::chrono::seconds(5))
+      for (pid_t p : pids)
+        if (p > 0) ::kill(p, SIGTERM);
+    ::usleep(10000);
+  }
+  return rc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  MoeProblem p;
+  Status s = get_preset(o.preset, &p);
+  if (!s.ok()) die(s.to_string());
+  if (o.cpu) {
+    p = scaled_preset(p, o.scale);
+    return run_cpu(o, p);
+  }
+  LaunchInfo info;
+  s = launch_info_from_environment(&info);
+  if (!s.ok()) die(s.to_string());
+  if (info.launcher == "none" && o.nproc > 1) return launch_local(argc, argv, o);
+  if (info.launcher != "none" && info.world_size != o.nproc && o.nproc != 1)
+    die("--nproc = " + std::to_string(o.nproc) + " but the launcher started " + std::to_string(info.world_size) + " ranks");
+  return run_gpu_rank(o, p, info);
+}
