@@ -227,6 +227,38 @@ TEST(MoeGpu, ExpertAndTensorParallelShardsSumToTheFullLayer) {
   }
 }
 
+// The repack from the checkpoint (linear) layout and the on-device dummy generator must produce the
+// same repacked weights: the same seed through MoeLayer::create and create_dummy, same output bits.
+TEST(MoeGpu, UploadedWeightsEqualDummyWeights) {
+  FP4MOE_REQUIRE_GPU();
+  for (const char* name : {"deepseek-r1", "gpt-oss-20b", "qwen3-30b-a3b"}) {
+    for (Mode mode : {Mode::kW4A16, Mode::kW4A4}) {
+      MoeProblem p;
+      ASSERT_OK(get_preset(name, &p));
+      if (mode == Mode::kW4A4 && p.weight_format != WeightFormat::kNvfp4) continue;
+      p = scaled_preset(p, 16);
+      p.mode = mode;
+      p.max_tokens = 64;
+      const uint64_t seed = testing::test_seed() + 11;
+      const HostMoeWeights hw = make_random_weights(p, seed);
+      std::unique_ptr<MoeLayer> uploaded, dummy;
+      ASSERT_OK(MoeLayer::create(p, hw.view(), {}, &uploaded));
+      ASSERT_OK(MoeLayer::create_dummy(p, seed, {}, &dummy));
+      EXPECT_EQ(uploaded->weight_bytes(), dummy->weight_bytes());
+      auto rng = make_rng(seed);
+      const int64_t T = 37;
+      auto hidden = testing::random_hidden(rng, T, p.hidden_size);
+      auto logits = testing::random_logits(rng, T, p.num_experts());
+      GpuRun a, b;
+      run_forward(*uploaded, hidden, logits, T, &a);
+      run_forward(*dummy, hidden, logits, T, &b);
+      EXPECT_GT(testing::l2_norm(testing::bf16_to_floats(a.out)), 0.0);
+      EXPECT_EQ(std::memcmp(a.out.data(), b.out.data(), a.out.size() * 2), 0) << name << " " << to_string(mode);
+      expect_matches_reference(p, hw, {}, hidden, a, T, std::string(name) + " uploaded");
+    }
+  }
+}
+
 TEST(MoeGpu, ForwardRejectsBadArgumentsBeforeLaunching) {
   FP4MOE_REQUIRE_GPU();
   MoeProblem p;
