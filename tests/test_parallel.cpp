@@ -215,25 +215,9 @@ TEST(LaunchEnv, PrecedenceAndErrors) {
 
 // ---- TCP rendezvous over loopback ------------------------------------------------------------------
 
-// A port nothing listens on right now (bound and released; a tiny race with other processes is accepted).
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof(a);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    ::close(fd);
-    return 0;
-  }
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 TEST(Bootstrap, BroadcastsTheBlobToEveryRank) {
-  const int port = free_port();
+  const int port = comm::find_free_loopback_port();
   ASSERT_GT(port, 0);
   const int n = 4;
   std::vector<std::vector<uint8_t>> blobs(n);
@@ -255,7 +239,7 @@ TEST(Bootstrap, BroadcastsTheBlobToEveryRank) {
 }
 
 TEST(Bootstrap, MismatchedWorldSizeAndMissingRank) {
-  int port = free_port();
+  int port = comm::find_free_loopback_port();
   std::vector<uint8_t> b0{1, 2, 3}, b1;
   Status s0, s1;
   std::thread t0([&] { s0 = comm::tcp_broadcast_blob("127.0.0.1", port, 0, 2, std::chrono::milliseconds(5000), &b0); });
@@ -267,7 +251,7 @@ TEST(Bootstrap, MismatchedWorldSizeAndMissingRank) {
   EXPECT_TRUE(contains(s1.message(), "rank 0 refused the rendezvous")) << s1.message();
 
   // Rank 2 of 3 never comes: rank 0 gives up at its deadline and names it.
-  port = free_port();
+  port = comm::find_free_loopback_port();
   std::vector<uint8_t> c0{9}, c1;
   const Clock::time_point start = Clock::now();
   std::thread u0([&] { s0 = comm::tcp_broadcast_blob("127.0.0.1", port, 0, 3, std::chrono::milliseconds(300), &c0); });

@@ -26,6 +26,7 @@
 #include "fp4moe/moe_gpu.h"
 #include "fp4moe/parallel.h"
 #include "moe_test_util.h"
+#include "src/comm/bootstrap.h"
 #include "src/comm/nccl_comm.h"
 #include "src/moe/parallel_moe.h"
 
@@ -49,19 +50,6 @@ constexpr double kGpuParallelTolerance = 1e-2;
     if (n_ < 2) GTEST_SKIP() << "needs 2 CUDA GPUs, found " << n_ << ": multi-GPU test skipped";   \
   } while (0)
 
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-    port = ntohs(a.sin_port);
-  ::close(fd);
-  return port;
-}
 
 CommOptions with_timeout(int ms) {
   CommOptions o;
@@ -73,7 +61,7 @@ CommOptions with_timeout(int ms) {
 // communicator created through the TCP rendezvous.
 std::vector<Status> on_two_gpus(const CommOptions& options,
                                 const std::function<Status(int, NcclCommunicator&, cudaStream_t)>& fn) {
-  const int port = free_port();
+  const int port = comm::find_free_loopback_port();
   std::vector<Status> st(2);
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {

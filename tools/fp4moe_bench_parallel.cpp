@@ -42,6 +42,7 @@
 #include "fp4moe/numerics.h"
 #include "fp4moe/parallel.h"
 #include "src/comm/local_comm.h"
+#include "src/comm/bootstrap.h"
 #include "src/comm/nccl_comm.h"
 #include "src/moe/parallel_moe.h"
 
@@ -323,25 +324,12 @@ int run_gpu_rank(const Options& o, const MoeProblem& p, const LaunchInfo& info) 
   return 0;
 }
 
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-    port = ntohs(a.sin_port);
-  ::close(fd);
-  return port;
-}
 
 // Starts nproc copies of this program as ranks 0..nproc-1 and waits; if one fails, the others are
 // stopped after their deadline would have passed anyway (they fail on their own through the
 // communicator's deadline; SIGTERM is the backstop).
 int launch_local(int argc, char** argv, const Options& o) {
-  const int port = free_port();
+  const int port = comm::find_free_loopback_port();
   if (port == 0) die("no free local port for the rendezvous");
   std::vector<pid_t> pids;
   for (int r = 0; r < o.nproc; ++r) {

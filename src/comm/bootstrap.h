@@ -23,4 +23,8 @@ namespace fp4moe::comm {
 Status tcp_broadcast_blob(const std::string& master_addr, int master_port, int rank, int world_size,
                           std::chrono::milliseconds timeout, std::vector<uint8_t>* blob);
 
+// A TCP port on 127.0.0.1 that was free a moment ago (0 if none): for local rendezvous in tests and
+// in fp4moe-bench-parallel --nproc. Another process may take it before it is bound again.
+int find_free_loopback_port();
+
 }  // namespace fp4moe::comm

@@ -260,6 +260,14 @@ class Buffer {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+// dispatch = [t0, t1), experts = [t1, t2), combine = [t2, now).
+void record_step_times(StepTimes* times, Clock::time_point t0, Clock::time_point t1, Clock::time_point t2) {
+  if (!times) return;
+  times->dispatch_s = std::chrono::duration<double>(t1 - t0).count();
+  times->experts_s = std::chrono::duration<double>(t2 - t1).count();
+  times->combine_s = seconds_since(t2);
+}
+
 std::vector<size_t> scaled(const std::vector<int64_t>& counts, size_t factor) {
   std::vector<size_t> out(counts.size());
   for (size_t i = 0; i < counts.size(); ++i) out[i] = size_t(counts[i]) * factor;
@@ -506,11 +514,7 @@ Status ParallelMoe::Impl::forward(const Args& a, StepTimes* times) {
       Clock::time_point t2 = Clock::now();
       FP4MOE_RETURN_IF_ERROR(world->all_reduce_sum(a.out, a.out, size_t(T * H), out_type));
       FP4MOE_RETURN_IF_ERROR(world->synchronize());
-      if (times) {
-        times->dispatch_s = std::chrono::duration<double>(t1 - t0).count();
-        times->experts_s = std::chrono::duration<double>(t2 - t1).count();
-        times->combine_s = seconds_since(t2);
-      }
+      record_step_times(times, t0, t1, t2);
       return Status::Ok();
     }
     case Strategy::kAllGatherReduceScatter: {
@@ -534,11 +538,7 @@ Status ParallelMoe::Impl::forward(const Args& a, StepTimes* times) {
       if (tp_comm && tp_comm->size() > 1)
         FP4MOE_RETURN_IF_ERROR(tp_comm->all_reduce_sum(a.out, a.out, size_t(T * H), out_type));
       FP4MOE_RETURN_IF_ERROR(world->synchronize());
-      if (times) {
-        times->dispatch_s = std::chrono::duration<double>(t1 - t0).count();
-        times->experts_s = std::chrono::duration<double>(t2 - t1).count();
-        times->combine_s = seconds_since(t2);
-      }
+      record_step_times(times, t0, t1, t2);
       return Status::Ok();
     }
     case Strategy::kAllToAll:
@@ -634,11 +634,7 @@ Status ParallelMoe::Impl::forward_alltoall(const uint16_t* hidden, const int32_t
   if (tp > 1)
     FP4MOE_RETURN_IF_ERROR(tp_comm->all_gather_v(slice_out.get(), size_t(n * H), out, scaled(share, size_t(H)), out_type));
   FP4MOE_RETURN_IF_ERROR(world->synchronize());
-  if (times) {
-    times->dispatch_s = std::chrono::duration<double>(t1 - t0).count();
-    times->experts_s = std::chrono::duration<double>(t2 - t1).count();
-    times->combine_s = seconds_since(t2);
-  }
+  record_step_times(times, t0, t1, t2);
   return Status::Ok();
 }
 
