@@ -72,10 +72,13 @@ struct RsMma<256> {
   using Op = gmma::MMA_64x256x16_F32BF16BF16_RS<gmma::Major::K, gmma::Major::K>;
 };
 
+// scale_d = Zero overwrites the accumulators instead of adding to them: the first MMA of a tile
+// starts the sum, so no ordinary instruction writes an accumulator while MMAs are in flight (ptxas
+// would serialize every wgmma otherwise, C7515).
 template <class Op, int N, size_t... I>
 __device__ __forceinline__ void mma_rs(const uint32_t (&a)[4], uint64_t desc_b, float (&d)[N],
-                                       std::index_sequence<I...>) {
-  Op::fma(a[0], a[1], a[2], a[3], desc_b, d[I]..., gmma::ScaleOut::One);
+                                       gmma::ScaleOut scale_d, std::index_sequence<I...>) {
+  Op::fma(a[0], a[1], a[2], a[3], desc_b, d[I]..., scale_d);
 }
 
 template <int kBN_, int kConsumers_, int kStages_, int kCtasPerSm_, bool kGemm1_>
@@ -166,9 +169,8 @@ template <class T, int kN>
 __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const ConsumerCtx& x, const TileCoord& tc,
                                              int mu, bool active, PipeState& ps) {
   constexpr int kAcc = kN / 2;
-  float acc[kAcc];
-#pragma unroll
-  for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
+  float acc[kAcc];  // started by the tile's first MMA (scale_d = Zero), never zeroed by hand
+  bool first_mma = true;
   // A fragments, double-buffered: chunk ku decodes into a[ku % 2] while chunk ku - 1's MMAs, which
   // read a[(ku - 1) % 2] asynchronously, are still running. Buffers are indexed with compile-time
   // constants only (the loop is unrolled by two) so they stay in registers.
@@ -199,7 +201,9 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
 #pragma unroll
       for (int j = 0; j < 4; ++j)
         mma_rs<typename RsMma<kN>::Op>(a[buf][j], smem_desc_k128(b_addr + 32 * j), acc,
+                                       (j == 0 && first_mma) ? gmma::ScaleOut::Zero : gmma::ScaleOut::One,
                                        std::make_index_sequence<kAcc>{});
+      first_mma = false;
       cute::warpgroup_commit_batch();
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
@@ -216,11 +220,11 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
     chunk(std::integral_constant<int, 1>{});
   }
   if (ku < x.k_units) chunk(std::integral_constant<int, 0>{});
-  if (active) {
-    cute::warpgroup_wait<0>();
-    fence_fragments(a[0]);
-    fence_fragments(a[1]);
-  }
+  // Unconditional (a no-op without MMAs in flight; `active` is warpgroup-uniform): under `if (active)`
+  // ptxas cannot tie it to the epilogue's branch and injects a wait of its own (C7517/C7511).
+  cute::warpgroup_wait<0>();
+  fence_fragments(a[0]);
+  fence_fragments(a[1]);
   if (prev_stage >= 0) release_stage(&x.empty[prev_stage], x.lane);
   if (!active) return;
 
@@ -330,7 +334,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   uint32_t* lut = reinterpret_cast<uint32_t*>(smem + T::kOffLut);
   int32_t* tile_start = reinterpret_cast<int32_t*>(smem + T::kOffTileStart);
 
-  const int wg = threadIdx.x / 128;
+  const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);  // warp-uniform for ptxas
   const int tid = threadIdx.x % 128;
   // Prologue: independent of the previous kernel, so it overlaps it (programmatic dependent launch).
   for (int i = threadIdx.x; i < 256; i += blockDim.x) lut[i] = p.scale_lut[i];
@@ -384,12 +388,15 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
 
   // ---- Consumers ------------------------------------------------------------------------------------
   if constexpr (T::kUseSetmaxnreg) regs_increase<T::kConsumerRegs>();
+  // NOTE: every value a branch around wgmma depends on goes through __shfl_sync(..., 0): ptxas then
+  // knows it is warp-uniform. Without that it treats the branch as divergent and serializes every
+  // wgmma of the kernel (ptxas info C7518), which costs the MMA pipelining.
   ConsumerCtx x;
   x.smem = smem;
   x.full = full;
   x.empty = empty;
   x.lut = lut;
-  x.c = wg - 1;
+  x.c = __shfl_sync(0xffffffffu, wg - 1, 0);
   x.tid = tid;
   x.warp = tid / 32;
   x.lane = tid % 32;
@@ -399,9 +406,12 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   x.k_units = k_units;
   PipeState ps;
   for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
-    const TileCoord tc = find_tile(p, tile_start, t / m_blocks);
+    TileCoord tc = find_tile(p, tile_start, t / m_blocks);
+    tc.rows = __shfl_sync(0xffffffffu, tc.rows, 0);
     const int mu = int(t % m_blocks) * T::kConsumers + x.c;
-    consume_bucketed<T, T::kBN>(p, x, tc, mu, mu < m_units, tile_bucket<T>(tc.rows), ps);
+    const bool active = __shfl_sync(0xffffffffu, int(mu < m_units), 0) != 0;
+    const int bucket = __shfl_sync(0xffffffffu, tile_bucket<T>(tc.rows), 0);
+    consume_bucketed<T, T::kBN>(p, x, tc, mu, active, bucket, ps);
   }
 }
 
