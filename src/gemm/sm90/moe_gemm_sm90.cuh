@@ -171,19 +171,18 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
   constexpr int kAcc = kN / 2;
   float acc[kAcc];  // started by the tile's first MMA (scale_d = Zero), never zeroed by hand
   bool first_mma = true;
-  // A fragments, double-buffered: chunk ku decodes into a[ku % 2] while chunk ku - 1's MMAs, which
-  // read a[(ku - 1) % 2] asynchronously, are still running. Buffers are indexed with compile-time
-  // constants only (the loop is unrolled by two) so they stay in registers.
-  uint32_t a[2][4][4];
+  // A fragments, single-buffered: before a chunk overwrites them, the previous chunk's MMAs (which
+  // read them asynchronously) must be done, so decode overlaps the other warpgroups' MMAs rather
+  // than this warpgroup's own. Double buffering ran out of registers for the wgmma pipeline (C7512).
+  uint32_t a[4][4];
   int prev_stage = -1;
-  auto fence_fragments = [&](uint32_t(&frag)[4][4]) {
+  auto fence_fragments = [&]() {
 #pragma unroll
     for (int j = 0; j < 4; ++j)
 #pragma unroll
-      for (int q = 0; q < 4; ++q) cute::warpgroup_fence_operand(frag[j][q]);
+      for (int q = 0; q < 4; ++q) cute::warpgroup_fence_operand(a[j][q]);
   };
-  auto chunk = [&](auto buf_tag) {
-    constexpr int buf = decltype(buf_tag)::value;
+  for (int64_t ku = 0; ku < x.k_units; ++ku) {
     mbar_wait(&x.full[ps.stage], ps.phase);
     if (active) {
       const uint8_t* unit = x.smem + T::kOffW + ps.stage * T::kWeightStageBytes + x.c * layout::kUnitBytes;
@@ -191,40 +190,33 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
       const uint32_t sc0 = *reinterpret_cast<const uint32_t*>(unit + layout::kUnitCodeBytes + x.r0 * 4);
       const uint32_t sc1 = *reinterpret_cast<const uint32_t*>(unit + layout::kUnitCodeBytes + (x.r0 + 8) * 4);
       const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
+      cute::warpgroup_wait<0>();  // the previous chunk's MMAs no longer read the fragments
+      fence_fragments();
 #pragma unroll
       for (int j = 0; j < 4; ++j)
-        decode_k16(words[j], x.lut[(sc0 >> (8 * j)) & 0xff], x.lut[(sc1 >> (8 * j)) & 0xff], a[buf][j]);
+        decode_k16(words[j], x.lut[(sc0 >> (8 * j)) & 0xff], x.lut[(sc1 >> (8 * j)) & 0xff], a[j]);
+      fence_fragments();
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
       cute::warpgroup_arrive();
       const uint32_t b_addr = smem_addr(x.smem + T::kOffB + ps.stage * T::kBTileBytes);
 #pragma unroll
       for (int j = 0; j < 4; ++j)
-        mma_rs<typename RsMma<kN>::Op>(a[buf][j], smem_desc_k128(b_addr + 32 * j), acc,
+        mma_rs<typename RsMma<kN>::Op>(a[j], smem_desc_k128(b_addr + 32 * j), acc,
                                        (j == 0 && first_mma) ? gmma::ScaleOut::Zero : gmma::ScaleOut::One,
                                        std::make_index_sequence<kAcc>{});
       first_mma = false;
       cute::warpgroup_commit_batch();
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
-      cute::warpgroup_wait<1>();    // the previous chunk's MMAs are done ...
-      fence_fragments(a[buf ^ 1]);  // ... so its fragments may be overwritten from here on
     }
-    if (prev_stage >= 0) release_stage(&x.empty[prev_stage], x.lane);  // and its stage refilled
+    // The previous chunk's stage: its MMAs completed at this chunk's wait (or there were none).
+    if (prev_stage >= 0) release_stage(&x.empty[prev_stage], x.lane);
     prev_stage = ps.stage;
     ps.advance(T::kStages);
-  };
-  int64_t ku = 0;
-  for (; ku + 1 < x.k_units; ku += 2) {
-    chunk(std::integral_constant<int, 0>{});
-    chunk(std::integral_constant<int, 1>{});
   }
-  if (ku < x.k_units) chunk(std::integral_constant<int, 0>{});
-  // Unconditional (a no-op without MMAs in flight; `active` is warpgroup-uniform): under `if (active)`
-  // ptxas cannot tie it to the epilogue's branch and injects a wait of its own (C7517/C7511).
-  cute::warpgroup_wait<0>();
-  fence_fragments(a[0]);
-  fence_fragments(a[1]);
+  cute::warpgroup_wait<0>();  // unconditional: see the note in the kernel (C7517)
+  fence_fragments();
   if (prev_stage >= 0) release_stage(&x.empty[prev_stage], x.lane);
   if (!active) return;
 
