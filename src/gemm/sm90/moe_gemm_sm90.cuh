@@ -108,7 +108,7 @@ struct Sm90Traits {
 
   // A tile's token count picks the smallest wgmma N >= it among kBN, kBN/2, ... down to kMinBucket
   // (a config changes speed, never results: the per-element k16 sequence is the same for every N).
-  static constexpr int kMinBucket = kBN / 8 > 16 ? kBN / 8 : (kBN < 16 ? kBN : 16);
+  static constexpr int kMinBucket = kBN >= 128 ? kBN / 2 : (kBN / 8 > 16 ? kBN / 8 : (kBN < 16 ? kBN : 16));
 
   // Register reallocation only for the 2-consumer, 1-CTA configs: the CTA launches with 168 registers
   // a thread (65536 / 384), the producer gives back 128 x (168 - 40) and the consumers take exactly
