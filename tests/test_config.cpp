@@ -21,7 +21,10 @@ ConfigInput deepseek(int64_t tokens) {
 
 TEST(SelectConfig, RegimesFollowRowsPerExpert) {
   // DeepSeek-R1: rows per expert = T * 8 / 256 = T / 32.
-  EXPECT_EQ(select_config(deepseek(1)).tile_tokens, 64);
+  EXPECT_EQ(select_config(deepseek(1)).tile_tokens, 16);
+  EXPECT_EQ(select_config(deepseek(512)).tile_tokens, 16);    // 16 rows per expert
+  EXPECT_EQ(select_config(deepseek(513)).tile_tokens, 32);
+  EXPECT_EQ(select_config(deepseek(1024)).tile_tokens, 32);
   EXPECT_EQ(select_config(deepseek(2048)).tile_tokens, 64);   // 64 rows per expert
   EXPECT_EQ(select_config(deepseek(2049)).tile_tokens, 128);
   EXPECT_EQ(select_config(deepseek(4096)).tile_tokens, 128);
@@ -31,8 +34,8 @@ TEST(SelectConfig, RegimesFollowRowsPerExpert) {
   EXPECT_NE(std::string(select_config(deepseek(8192)).regime).find("prefill"), std::string::npos);
   // Expert parallelism: fewer local experts, more rows each.
   ConfigInput ep = deepseek(128);
-  ep.num_local_experts = 32;
-  EXPECT_EQ(select_config(ep).tile_tokens, 64);
+  ep.num_local_experts = 32;  // 32 rows per expert
+  EXPECT_EQ(select_config(ep).tile_tokens, 32);
 }
 
 TEST(SelectConfig, OnlyInstantiatedTilesAndSaneShapes) {

@@ -259,6 +259,55 @@ TEST(MoeGpu, UploadedWeightsEqualDummyWeights) {
   }
 }
 
+// A config changes speed, never results: every compiled sm90 config, forced for every token count,
+// gives the default choice's output bit for bit (random routing at several T, and every token on
+// the same experts so that tiles are full, partial and split across the tile width).
+TEST(MoeGpu, EveryCompiledSm90ConfigGivesTheSameBits) {
+  FP4MOE_REQUIRE_GPU();
+  for (Mode mode : {Mode::kW4A16, Mode::kW4A4}) {
+    MoeProblem full;
+    ASSERT_OK(get_preset("deepseek-r1", &full));
+    MoeProblem p = scaled_preset(full, 16);
+    p.mode = mode;
+    p.max_tokens = 300;
+    const uint64_t seed = testing::test_seed() + 13;
+    const HostMoeWeights hw = make_random_weights(p, seed);
+    LayerOptions opt;
+    opt.path = KernelPath::kSm90;
+    std::unique_ptr<MoeLayer> layer;
+    Status st = MoeLayer::create_dummy(p, seed, opt, &layer);
+    if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.to_string();
+    ASSERT_OK(st);
+    auto rng = make_rng(seed);
+    for (int64_t T : {1, 40, 300}) {
+      for (bool same_experts : {false, true}) {
+        auto hidden = testing::random_hidden(rng, T, p.hidden_size);
+        auto logits = testing::random_logits(rng, T, p.num_experts());
+        std::vector<int32_t> ids(size_t(T) * p.top_k());
+        std::vector<float> w(ids.size());
+        for (int64_t t = 0; t < T; ++t)
+          for (int k = 0; k < p.top_k(); ++k) {
+            ids[t * p.top_k() + k] = (3 * k + 1) % p.num_experts();
+            w[t * p.top_k() + k] = 0.2f + 0.05f * k;
+          }
+        const std::string what = std::string(to_string(mode)) + " T=" + std::to_string(T) +
+                                 (same_experts ? " same experts" : " random routing");
+        ASSERT_OK(layer->force_sm90_config(""));
+        GpuRun base;
+        run_forward(*layer, hidden, logits, T, &base, same_experts ? &ids : nullptr, same_experts ? &w : nullptr);
+        expect_matches_reference(p, hw, {}, hidden, base, T, what + " default config");
+        for (const std::string& name : MoeLayer::sm90_config_names()) {
+          ASSERT_OK(layer->force_sm90_config(name));
+          GpuRun run;
+          run_forward(*layer, hidden, logits, T, &run, same_experts ? &ids : nullptr, same_experts ? &w : nullptr);
+          EXPECT_EQ(std::memcmp(run.out.data(), base.out.data(), run.out.size() * 2), 0) << what << " " << name;
+        }
+      }
+    }
+    ASSERT_OK(layer->force_sm90_config(""));
+  }
+}
+
 TEST(MoeGpu, ForwardRejectsBadArgumentsBeforeLaunching) {
   FP4MOE_REQUIRE_GPU();
   MoeProblem p;

@@ -12,13 +12,16 @@ std::string Sm90Config::name() const {
 Sm90Config select_config(const ConfigInput& in) {
   const int64_t rows = in.num_tokens * in.top_k;
   const int64_t per_expert = in.num_local_experts > 0 ? (rows + in.num_local_experts - 1) / in.num_local_experts : rows;
-  // compiled_configs()[0] (BN16, 3 CTAs/SM) stays a tuning candidate: measured on an H200
-  // (bench/results/2026-11-29_h200_deepseek-r1_tune.txt), BN64 with 4 consumers beat it at 1 and at
-  // 128 tokens of DeepSeek-R1 (0.145 vs 0.205 ms, 3.47 vs 3.53 ms).
+  // The smallest compiled tile holding the average expert's rows. A tile much wider than its rows
+  // wastes MMA time, which decode cannot afford: streaming 4 units (9 KB) per SM per K chunk at HBM
+  // rate leaves ~500 cycles, and the chunk's sixteen m64nNk16 MMAs take about 8 N cycles.
+  // An expert with more rows than the tile is read once per tile, so it must not be too narrow.
   const auto& c = compiled_configs();
-  if (per_expert <= 64) return c[1];
-  if (per_expert <= 128) return c[2];
-  return c[3];
+  if (per_expert <= 16) return c[0];
+  if (per_expert <= 32) return c[1];
+  if (per_expert <= 64) return c[2];
+  if (per_expert <= 128) return c[3];
+  return c[4];
 }
 
 }  // namespace fp4moe::sm90

@@ -26,15 +26,18 @@ struct ConfigInput {
   int num_sms = 132;
 };
 
-// Average routed rows per local expert decides the token tile:
-//   decode/small <= 64 rows per expert -> BN 64, 4 consumer warpgroups (bandwidth: weights streamed
-//                                         once; measured faster than a BN 16 / 3 CTAs-per-SM config)
-//   medium       <= 128                -> BN 128 (1 CTA/SM, tensor-core bound from here on)
-//   prefill      >  128                -> BN 256
-// Inside a config, each tile's wgmma N is the smallest power-of-two bucket holding its tokens.
+// Average routed rows per local expert decides the token tile (all 1 CTA per SM, the producer's
+// registers handed to the consumers with setmaxnreg):
+//   decode  <= 16 rows per expert -> BN 16, 4 consumer warpgroups, 12 stages (bandwidth-bound)
+//   small   <= 32                 -> BN 32, 4 consumers
+//   medium  <= 64                 -> BN 64, 4 consumers
+//   large   <= 128                -> BN 128, 2 consumers, per-tile wgmma N of 128 or 64
+//   prefill >  128                -> BN 256, 2 consumers (tensor-core bound)
+// Only BN 128 buckets its tiles' wgmma N: each bucket is another inlined K loop, and with more than
+// one in a kernel ptxas ran out of registers and serialized every wgmma (C7512; scripts/ptxas-check.sh).
 Sm90Config select_config(const ConfigInput& in);
 
 // The tile sizes instantiated (a dispatch default fails loudly for anything else).
-constexpr int kSupportedTileTokens[] = {16, 64, 128, 256};  // 16: tuning candidate only
+constexpr int kSupportedTileTokens[] = {16, 32, 64, 128, 256};
 
 }  // namespace fp4moe::sm90

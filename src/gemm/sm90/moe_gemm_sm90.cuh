@@ -108,16 +108,19 @@ struct Sm90Traits {
 
   // A tile's token count picks the smallest wgmma N >= it among kBN, kBN/2, ... down to kMinBucket
   // (a config changes speed, never results: the per-element k16 sequence is the same for every N).
-  static constexpr int kMinBucket = kBN >= 128 ? kBN / 2 : (kBN / 8 > 16 ? kBN / 8 : (kBN < 16 ? kBN : 16));
+  // Every bucket is one more inlined copy of the K loop, and ptxas serializes all wgmma of a kernel
+  // when any copy runs short of registers (C7512), so the big tiles keep few buckets.
+  static constexpr int kMinBucket = kBN == 128 ? 64 : kBN;
 
-  // Register reallocation only for the 2-consumer, 1-CTA configs: the CTA launches with 168 registers
-  // a thread (65536 / 384), the producer gives back 128 x (168 - 40) and the consumers take exactly
-  // 256 x (232 - 168). setmaxnreg.inc blocks until the registers it asks for are free, so a split
-  // that asks for more than the producer frees would hang (seen with 4 consumers): other configs
-  // run on what the compiler allocated.
-  static constexpr bool kUseSetmaxnreg = kCtasPerSm == 1 && kConsumers == 2;
-  static constexpr uint32_t kProducerRegs = 40;
-  static constexpr uint32_t kConsumerRegs = 232;
+  // Register reallocation (1 CTA per SM): the CTA launches with kLaunchRegs a thread (the 64K file
+  // over its threads), the producer warpgroup gives all but kProducerRegs back with setmaxnreg.dec
+  // and the consumers take what is then free with setmaxnreg.inc. The split must fit the file:
+  // setmaxnreg.inc blocks until the registers it asks for are free, so over-asking hangs the CTA.
+  static constexpr bool kUseSetmaxnreg = kCtasPerSm == 1;
+  static constexpr uint32_t kLaunchRegs = (65536 / kThreads) / 8 * 8 > 255 ? 248 : (65536 / kThreads) / 8 * 8;
+  static constexpr uint32_t kProducerRegs = kConsumers >= 4 ? 24 : 40;
+  static constexpr uint32_t kConsumerRegsRaw = (65536 - 128 * kProducerRegs) / (128 * kConsumers) / 8 * 8;
+  static constexpr uint32_t kConsumerRegs = kConsumerRegsRaw > 240 ? 240 : kConsumerRegsRaw;
 
   static_assert(kBN % 8 == 0 && kBTileBytes % 1024 == 0, "token tile must be whole 8-row swizzle atoms");
   static_assert(kWeightStageBytes % 16 == 0 && kOffStaging % 16 == 0, "bulk copies need 16-byte alignment");
@@ -125,6 +128,10 @@ struct Sm90Traits {
   static_assert(kCtasPerSm == 1 || kThreads * kCtasPerSm <= 2048, "too many threads per SM");
   static_assert(!kUseSetmaxnreg || (kConsumerRegs * kConsumers + kProducerRegs) * 128 <= 65536,
                 "register budget of setmaxnreg exceeded");
+  static_assert(!kUseSetmaxnreg || (kProducerRegs <= kLaunchRegs && kConsumerRegs >= kLaunchRegs),
+                "setmaxnreg split must shrink the producer and grow the consumers");
+  static_assert(!kUseSetmaxnreg || 2 * kSmemBytes > 232448,
+                "setmaxnreg needs the CTA alone on its SM (a second one could starve setmaxnreg.inc)");
 };
 
 // The four bf16x2 A registers of one k16 step from its 32-bit code word (layout in weight_layout.h)

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Compiles the sm90 GEMM translation units to SASS with ptxas's verbose report and fails if ptxas
+# serializes any wgmma (C7510-C7520 "Potential Performance Loss") or spills. Prints each kernel's
+# registers. Usage: scripts/ptxas-check.sh [extra nvcc flags...]
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+nvcc=${NVCC:-nvcc}
+cutlass=${FP4MOE_CUTLASS_DIR:-$root/.deps/cutlass}/include
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+status=0
+for tu in sm90_gemm1 sm90_gemm2; do
+  log="$out/$tu.log"
+  "$nvcc" -O3 -DNDEBUG -DFP4MOE_HAS_CUDA=1 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -std=c++20 \
+    -I"$root/include" -I"$root" -isystem="$cutlass" -Xptxas -v "$@" \
+    -cubin -o "$out/$tu.cubin" "$root/src/gemm/sm90/$tu.cu" > "$log" 2>&1 || { cat "$log"; exit 2; }
+  # one line per kernel: its Sm90Traits and registers
+  awk '/Compiling entry function/ {match($0, /Sm90TraitsILi[0-9]+ELi[0-9]+ELi[0-9]+ELi[0-9]+ELb[01]/); k=substr($0,RSTART+13,RLENGTH-13)}
+       /Used [0-9]+ registers/ {match($0, /Used [0-9]+ registers/); print "'"$tu"' " k ": " substr($0,RSTART,RLENGTH)}' "$log"
+  if grep -E "C75[0-9][0-9]|spill stores|bytes spill" "$log" | grep -vE " 0 bytes spill stores, 0 bytes spill loads" | grep -q .; then
+    grep -E "C75[0-9][0-9]|bytes spill" "$log" | grep -vE " 0 bytes spill stores, 0 bytes spill loads" | sort | uniq -c
+    status=1
+  fi
+done
+[ $status = 0 ] && echo "ptxas-check: no wgmma serialization, no spills" || echo "ptxas-check: FAILED"
+exit $status
