@@ -1,47 +1,125 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine over prebuilt binaries (scripts/stage-gpu.sh copies them into gpubin/):
-# all tests, compute-sanitizer memcheck on the GPU tests, and fp4moe-bench, writing logs and JSON
-# under $OUT (at most 8 files come back). Usage: scripts/gpu-check.sh [bench presets...]
+# Runs on the GPU machine over what scripts/stage-gpu.sh packed into gpubin/, writing logs and JSON
+# under $OUT (at most 8 files come back, so sections share logs). Sections, chosen by
+# FP4MOE_SECTIONS (default "tests bench"):
+#   tests       every test binary (test_parallel_gpu needs 2 GPUs and skips otherwise)
+#   memcheck    compute-sanitizer memcheck on the GPU tests (racecheck too with FP4MOE_RACECHECK=1)
+#   bench       fp4moe-bench per preset in "$@" (default deepseek-r1), args FP4MOE_BENCH_ARGS
+#   peers       bench/peers_torch.py on the same presets and tokens, then bench/compare.py
+#   python      builds the wheel there (pip, carried build deps), pytest tests/python, the example
+#   checkpoint  generated checkpoints through fp4moe-check and fp4moe-bench --checkpoint
+#   parallel    test_parallel_gpu and fp4moe-bench-parallel --nproc 2 (2 GPUs)
 set -u
+root=$(pwd)
 out=${OUT:-/tmp/fp4moe-out}
 mkdir -p "$out"
-bin=${FP4MOE_BIN:-gpubin}
-export NCCL_NVLS_ENABLE=0
-export FP4MOE_RCP_TABLE_OUT="$out/rcp_approx_table.inc"
+if [ -f gpubin/bin.tar.gz ] && [ ! -d gpubin/bin ]; then tar -C gpubin -xzf gpubin/bin.tar.gz; fi
+bin=${FP4MOE_BIN:-gpubin/bin}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+sections=" ${FP4MOE_SECTIONS:-tests bench} "
+has() { [[ "$sections" == *" $1 "* ]]; }
+presets=${@:-deepseek-r1}
 log="$out/tests.log"
-{
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv
-  for t in test_format test_routing test_reference test_api test_format_gpu test_routing_gpu test_moe_gpu; do
-    echo "=== $t"
-    start=$(date +%s)
-    timeout ${FP4MOE_TEST_TIMEOUT:-300} "$bin/$t" 2>&1 | grep -vE '^\[ +(RUN|OK) +\]' | tail -60
-    echo "=== $t exit ${PIPESTATUS[0]} in $(( $(date +%s) - start )) s"
-  done
-} > "$log" 2>&1
-grep -E "^=== .* exit" "$log"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv | tee -a "$log"
 
-if [ "${FP4MOE_MEMCHECK:-1}" = 1 ]; then
+run_test() {  # name [args...]
+  local t=$1; shift
+  echo "=== $t $*"
+  local start=$(date +%s)
+  timeout ${FP4MOE_TEST_TIMEOUT:-300} "$bin/$t" "$@" 2>&1 | grep -vE '^\[ +(RUN|OK) +\]' | tail -40
+  echo "=== $t exit ${PIPESTATUS[0]} in $(( $(date +%s) - start )) s"
+}
+
+if has tests; then
+  for t in test_format test_routing test_reference test_api test_io test_parallel test_format_gpu \
+           test_routing_gpu test_moe_gpu; do
+    run_test $t
+  done >> "$log" 2>&1
+  grep -E "^=== .* exit" "$log"
+fi
+
+if has memcheck; then
   {
     for spec in "test_format_gpu:-*Exhaustive*:*MatchesHardware*" \
                 "test_routing_gpu:*" \
-                "test_moe_gpu:${FP4MOE_MEMCHECK_FILTER:-*deepseek*w4a16*:*gpt_oss_20b*:*Hostile*:*Rejects*:*OutOfRange*}"; do
+                "test_moe_gpu:${FP4MOE_MEMCHECK_FILTER:-*deepseek*w4a16*:*gpt_oss_20b*:*Hostile*:*Rejects*:*OutOfRange*:*Uploaded*}"; do
       t=${spec%%:*}; filter=${spec#*:}
       echo "=== memcheck $t ($filter)"
-      timeout 900 compute-sanitizer --tool memcheck --error-exitcode 3 "$bin/$t" --gtest_filter="$filter" 2>&1 | \
+      timeout 600 compute-sanitizer --tool memcheck --error-exitcode 3 "$bin/$t" --gtest_filter="$filter" 2>&1 | \
         grep -E "ERROR SUMMARY|PASSED|FAILED|Invalid|out of bounds" | tail -8
       echo "=== memcheck $t exit ${PIPESTATUS[0]}"
     done
-    filter=${FP4MOE_RACECHECK_FILTER:-*deepseek_r1_w4a16_sm90*:*Hostile*sm90*}
-    echo "=== racecheck test_moe_gpu ($filter)"
-    timeout 900 compute-sanitizer --tool racecheck --error-exitcode 3 "$bin/test_moe_gpu" --gtest_filter="$filter" 2>&1 | \
-      grep -vE '^\[ +(RUN|OK) +\]' | head -40
-    echo "=== racecheck test_moe_gpu exit ${PIPESTATUS[0]}"
-  } > "$out/memcheck.log" 2>&1
-  grep -E "SUMMARY|exit" "$out/memcheck.log"
+    if [ "${FP4MOE_RACECHECK:-0}" = 1 ]; then
+      filter=${FP4MOE_RACECHECK_FILTER:-*deepseek_r1_w4a16_sm90*:*Hostile*sm90*}
+      echo "=== racecheck test_moe_gpu ($filter)"
+      timeout 600 compute-sanitizer --tool racecheck --error-exitcode 3 "$bin/test_moe_gpu" --gtest_filter="$filter" 2>&1 | \
+        grep -vE '^\[ +(RUN|OK) +\]' | head -40
+      echo "=== racecheck test_moe_gpu exit ${PIPESTATUS[0]}"
+    fi
+  } >> "$log" 2>&1
+  grep -E "SUMMARY|memcheck.*exit|racecheck.*exit" "$log"
 fi
 
-for preset in ${@:-deepseek-r1}; do
-  timeout ${FP4MOE_BENCH_TIMEOUT:-300} stdbuf -oL "$bin/fp4moe-bench" --preset "$preset" \
-    ${FP4MOE_BENCH_ARGS:---tokens 1,128,8192 --check --verbose} --json "$out/bench_${preset}.json" 2>&1 | \
-    tee -a "$out/bench.log"
-done
+tokens=${FP4MOE_TOKENS:-1,8,32,128,512,2048,8192}
+if has bench; then
+  for preset in $presets; do
+    timeout ${FP4MOE_BENCH_TIMEOUT:-300} stdbuf -oL "$bin/fp4moe-bench" --preset "$preset" \
+      ${FP4MOE_BENCH_ARGS:---routing random --tokens $tokens --check --verbose} --json "$out/bench_${preset}.json" 2>&1 | \
+      tee -a "$out/bench.log" | grep -vE "^ +(gemm|config|kernel)"
+  done
+fi
+
+if has peers; then
+  for preset in $presets; do
+    timeout 300 python3 bench/peers_torch.py --preset "$preset" --tokens "$tokens" --json "$out/peers_${preset}.json" \
+      >> "$out/bench.log" 2>&1
+    python3 bench/compare.py "$out/bench_${preset}.json" "$out/peers_${preset}.json" 2>&1 | tee -a "$out/bench.log"
+  done
+fi
+
+if has python; then
+  {
+    echo "=== python build"
+    start=$(date +%s)
+    mkdir -p .deps/cutlass && tar -C .deps/cutlass -xzf gpubin/cutlass.tar.gz
+    python3 -m pip install --no-index --find-links gpubin/pywheels pytest 2>&1 | tail -2
+    CMAKE_BUILD_PARALLEL_LEVEL=16 timeout 400 python3 -m pip install --no-deps --no-index --find-links gpubin/pywheels \
+      --force-reinstall -Ccmake.build-type=Release . 2>&1 | tail -5
+    echo "=== python build exit ${PIPESTATUS[0]} in $(( $(date +%s) - start )) s"
+    (cd /tmp && timeout 300 python3 -m pytest "$root/tests/python" -q -rs 2>&1 | tail -30)
+    echo "=== pytest exit $?"
+    timeout 120 python3 examples/replace_moe_block.py --compile 2>&1 | tail -10
+    echo "=== example exit $?"
+  } >> "$out/python.log" 2>&1
+  grep -E "^=== |passed|failed" "$out/python.log"
+fi
+
+if has checkpoint; then
+  {
+    ck=/tmp/fp4moe-ck
+    rm -rf $ck && mkdir -p $ck
+    for spec in "deepseek-v3:modelopt:deepseek-r1" "qwen3-moe:compressed-tensors:qwen3-30b-a3b" \
+                "llama4:modelopt-fused:llama4-scout" "gpt-oss:gpt-oss:gpt-oss-20b"; do
+      IFS=: read -r model conv preset <<< "$spec"
+      echo "=== checkpoint $model $conv ($preset scaled)"
+      mkdir -p $ck/$model && "$bin/fp4moe-make-checkpoint" --out $ck/$model --model $model --convention $conv --preset $preset \
+        --scale 8 --layers 2 --shards 2 --index 2>&1 | tail -2
+      timeout 120 "$bin/fp4moe-check" --checkpoint $ck/$model --layer 1 --tokens 200 2>&1 | tail -12
+      echo "=== fp4moe-check $model exit ${PIPESTATUS[0]}"
+      timeout 120 "$bin/fp4moe-bench" --checkpoint $ck/$model --layer 1 --tokens 1,128 --check 2>&1 | tail -6
+      echo "=== fp4moe-bench --checkpoint $model exit ${PIPESTATUS[0]}"
+    done
+  } >> "$log" 2>&1
+  grep -E "^=== (fp4moe|checkpoint)" "$log"
+fi
+
+if has parallel; then
+  {
+    nvidia-smi topo -m 2>&1 | head -5
+    run_test test_parallel_gpu
+    timeout 400 stdbuf -oL "$bin/fp4moe-bench-parallel" --nproc 2 ${FP4MOE_PARALLEL_ARGS:---preset deepseek-r1 --tokens 1,128,1024,8192} 2>&1
+    echo "=== fp4moe-bench-parallel exit $?"
+  } >> "$out/parallel.log" 2>&1
+  grep -E "^=== " "$out/parallel.log"
+fi
+exit 0

@@ -1,10 +1,21 @@
 #!/usr/bin/env bash
-# Builds here and copies the test and tool binaries into gpubin/ (git-ignored) for the GPU machine:
-# the device tool carries it with `carry: ["gpubin"]`, then scripts/gpu-check.sh runs there.
+# Builds here and packs what the GPU machine needs into gpubin/ (git-ignored), which the device tool
+# carries (`carry: ["gpubin"]`, 64 MiB at most, hence the compression):
+#   gpubin/bin.tar.gz       the test and tool binaries (scripts/gpu-check.sh unpacks it to gpubin/bin)
+#   gpubin/cutlass.tar.gz   the CUTLASS/CuTe headers, for building the Python extension there
+#   gpubin/pywheels/        build and test dependencies of the Python package for the GPU machine's
+#                           Python 3.12 (it has no registry access)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bash "$root/scripts/build.sh"
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/bin"
+cp "$root"/build/tests/test_* "$root"/build/tests/fp4moe-make-checkpoint "$root"/build/fp4moe-* "$stage/bin/"
+strip --strip-debug "$stage"/bin/* 2>/dev/null || true
 rm -rf "$root/gpubin" && mkdir -p "$root/gpubin"
-cp "$root"/build/tests/test_* "$root/build/fp4moe-bench" "$root/gpubin/"
-strip --strip-debug "$root"/gpubin/* 2>/dev/null || true
-du -sh "$root/gpubin"
+tar -C "$stage" -czf "$root/gpubin/bin.tar.gz" bin
+tar -C "$root/.deps/cutlass" -czf "$root/gpubin/cutlass.tar.gz" include
+python3 -m pip download -q --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
+  -d "$root/gpubin/pywheels" scikit-build-core==1.1.2 nanobind==3.1.0 pytest
+du -sh "$root"/gpubin/*
