@@ -17,6 +17,13 @@ for tu in sm90_gemm1 sm90_gemm2; do
   # one line per kernel: its Sm90Traits and registers
   awk '/Compiling entry function/ {match($0, /Sm90TraitsILi[0-9]+ELi[0-9]+ELi[0-9]+ELi[0-9]+ELb[01]/); k=substr($0,RSTART+13,RLENGTH-13)}
        /Used [0-9]+ registers/ {match($0, /Used [0-9]+ registers/); print "'"$tu"' " k ": " substr($0,RSTART,RLENGTH)}' "$log"
+  # a setmaxnreg kernel (1 CTA/SM) must launch with the full share of the register file, the pool its
+  # consumers' setmaxnreg.inc draws on (moe_gemm_sm90.cuh, Sm90Traits::kLaunchRegs)
+  awk '/Compiling entry function/ {match($0, /Sm90TraitsILi[0-9]+ELi[0-9]+ELi[0-9]+ELi[0-9]+E/); split(substr($0,RSTART+13,RLENGTH-13), f, "ELi"); c=f[2]+0; x=f[4]+0}
+       /Used [0-9]+ registers/ {match($0, /Used [0-9]+/); used=substr($0,RSTART+5,RLENGTH-5)+0;
+         if (x == 1) { want=int(65536/(128*(c+1))/8)*8; if (want > 255) want=248;
+           if (used != want) { print "'"$tu"': a setmaxnreg kernel launches with " used " registers, not " want; bad=1 } } }
+       END {exit bad}' "$log" || status=1
   if grep -E "C75[0-9][0-9]|spill stores|bytes spill" "$log" | grep -vE " 0 bytes spill stores, 0 bytes spill loads" | grep -q .; then
     grep -E "C75[0-9][0-9]|bytes spill" "$log" | grep -vE " 0 bytes spill stores, 0 bytes spill loads" | sort | uniq -c
     status=1

@@ -113,21 +113,23 @@ struct Sm90Traits {
   static constexpr int kMinBucket = kBN == 128 ? 64 : kBN;
 
   // Register reallocation (1 CTA per SM): the CTA launches with kLaunchRegs a thread (the 64K file
-  // over its threads), the producer warpgroup gives all but kProducerRegs back with setmaxnreg.dec
-  // and the consumers take what is then free with setmaxnreg.inc. The split must fit the file:
-  // setmaxnreg.inc blocks until the registers it asks for are free, so over-asking hangs the CTA.
+  // over its threads; ptxas gives a kernel that uses setmaxnreg exactly that, which
+  // scripts/ptxas-check.sh verifies). setmaxnreg.dec returns the producer's surplus to a pool of the
+  // CTA, and setmaxnreg.inc blocks until that pool holds what it asks for: the consumers may take
+  // only what the producer gave back, or the CTA hangs (seen on an H200 with 4 consumers at 120).
   static constexpr bool kUseSetmaxnreg = kCtasPerSm == 1;
   static constexpr uint32_t kLaunchRegs = (65536 / kThreads) / 8 * 8 > 255 ? 248 : (65536 / kThreads) / 8 * 8;
   static constexpr uint32_t kProducerRegs = kConsumers >= 4 ? 24 : 40;
-  static constexpr uint32_t kConsumerRegsRaw = (65536 - 128 * kProducerRegs) / (128 * kConsumers) / 8 * 8;
+  static constexpr uint32_t kConsumerRegsRaw = kLaunchRegs + (kLaunchRegs - kProducerRegs) / kConsumers / 8 * 8;
   static constexpr uint32_t kConsumerRegs = kConsumerRegsRaw > 240 ? 240 : kConsumerRegsRaw;
 
   static_assert(kBN % 8 == 0 && kBTileBytes % 1024 == 0, "token tile must be whole 8-row swizzle atoms");
   static_assert(kWeightStageBytes % 16 == 0 && kOffStaging % 16 == 0, "bulk copies need 16-byte alignment");
   static_assert(kSmemBytes <= 232448 / kCtasPerSm, "shared memory budget per CTA exceeded");
   static_assert(kCtasPerSm == 1 || kThreads * kCtasPerSm <= 2048, "too many threads per SM");
-  static_assert(!kUseSetmaxnreg || (kConsumerRegs * kConsumers + kProducerRegs) * 128 <= 65536,
-                "register budget of setmaxnreg exceeded");
+  static_assert(!kUseSetmaxnreg ||
+                    kConsumers * (kConsumerRegs - kLaunchRegs) <= kLaunchRegs - kProducerRegs,
+                "setmaxnreg: the consumers ask for more registers than the producer gives back");
   static_assert(!kUseSetmaxnreg || (kProducerRegs <= kLaunchRegs && kConsumerRegs >= kLaunchRegs),
                 "setmaxnreg split must shrink the producer and grow the consumers");
   static_assert(!kUseSetmaxnreg || 2 * kSmemBytes > 232448,
