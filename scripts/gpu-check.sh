@@ -31,8 +31,8 @@ run_test() {  # name [args...]
 }
 
 if has tests; then
-  for t in test_format test_routing test_reference test_api test_io test_parallel test_format_gpu \
-           test_routing_gpu test_moe_gpu; do
+  for t in ${FP4MOE_TESTS:-test_format test_routing test_reference test_api test_io test_parallel test_format_gpu \
+           test_routing_gpu test_moe_gpu}; do
     run_test $t
   done >> "$log" 2>&1
   grep -E "^=== .* exit" "$log"
@@ -117,7 +117,7 @@ if has parallel; then
   {
     nvidia-smi topo -m 2>&1 | head -5
     run_test test_parallel_gpu
-    timeout 400 stdbuf -oL "$bin/fp4moe-bench-parallel" --nproc 2 ${FP4MOE_PARALLEL_ARGS:---preset deepseek-r1 --tokens 1,128,1024,8192} 2>&1
+    timeout ${FP4MOE_PARALLEL_TIMEOUT:-400} stdbuf -oL "$bin/fp4moe-bench-parallel" --nproc 2 ${FP4MOE_PARALLEL_ARGS:---preset deepseek-r1 --tokens 1,128,1024,8192} 2>&1
     echo "=== fp4moe-bench-parallel exit $?"
   } >> "$out/parallel.log" 2>&1
   grep -E "^=== " "$out/parallel.log"
