@@ -40,12 +40,12 @@ fi
 
 if has memcheck; then
   {
-    for spec in "test_format_gpu:-*Exhaustive*:*MatchesHardware*" \
-                "test_routing_gpu:*" \
-                "test_moe_gpu:${FP4MOE_MEMCHECK_FILTER:-*deepseek*w4a16*:*gpt_oss_20b*:*Hostile*:*Rejects*:*OutOfRange*:*Uploaded*}"; do
+    specs=${FP4MOE_MEMCHECK_SPECS:-"test_format_gpu:-*Exhaustive*:*MatchesHardware* test_routing_gpu:*"}
+    for spec in $specs \
+                "test_moe_gpu:${FP4MOE_MEMCHECK_FILTER:-*deepseek*w4a16*:*gpt_oss_20b*:*Hostile*:*Rejects*:*OutOfRange*:*Uploaded*:*EveryCompiled*}"; do
       t=${spec%%:*}; filter=${spec#*:}
       echo "=== memcheck $t ($filter)"
-      timeout 600 compute-sanitizer --tool memcheck --error-exitcode 3 "$bin/$t" --gtest_filter="$filter" 2>&1 | \
+      timeout ${FP4MOE_MEMCHECK_TIMEOUT:-600} compute-sanitizer --tool memcheck --error-exitcode 3 "$bin/$t" --gtest_filter="$filter" 2>&1 | \
         grep -E "ERROR SUMMARY|PASSED|FAILED|Invalid|out of bounds" | tail -8
       echo "=== memcheck $t exit ${PIPESTATUS[0]}"
     done

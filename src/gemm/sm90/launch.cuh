@@ -2,6 +2,7 @@
 // translation units sm90_gemm1.cu and sm90_gemm2.cu, one per GEMM, to halve the compile's critical path).
 #pragma once
 
+#include <cstdint>
 #include <mutex>
 
 #include "src/common/cuda_utils.h"
@@ -13,12 +14,20 @@ namespace fp4moe::sm90 {
 template <class T>
 Status launch_traits(const MoeGemmParams& p, int num_sms, cudaStream_t stream) {
   auto* kernel = moe_gemm_sm90_kernel<T>;
-  static std::once_flag once;
-  static cudaError_t attr_err = cudaSuccess;
-  std::call_once(once, [&] {
-    attr_err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
-  });
-  FP4MOE_CUDA_RETURN(attr_err);
+  // The shared-memory opt-in is a per-device attribute: set it once for each device this process
+  // launches on (one process may drive several GPUs, one thread each).
+  static std::mutex mu;
+  static uint64_t attr_set = 0;  // bit d: done on device d
+  int device = 0;
+  FP4MOE_CUDA_RETURN(cudaGetDevice(&device));
+  if (device >= 64) return internal_error("sm90: device ordinal ", device, " >= 64");
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!(attr_set >> device & 1)) {
+      FP4MOE_CUDA_RETURN(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
+      attr_set |= uint64_t(1) << device;
+    }
+  }
   const layout::GemmWeightShape& g = T::kGemm1 ? p.g1 : p.g2;
   const int64_t m_blocks = (g.m_units() + T::kConsumers - 1) / T::kConsumers;
   const int64_t max_tiles = p.max_tiles * m_blocks;

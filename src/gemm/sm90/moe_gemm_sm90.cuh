@@ -281,10 +281,10 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
   } else {
     // Rows r0 / r0 + 8 are output features 64 mu + r0 (+8); columns are the tile's tokens.
     uint16_t* stg = reinterpret_cast<uint16_t*>(x.staging);  // [BN][72] bf16
-    if (tid < kN) {
+    for (int n = tid; n < kN; n += 128) {  // kN may exceed the warpgroup's 128 threads
       float wv = 0.0f;
-      if (tid < tc.rows) wv = p.weight_on_input ? 1.0f : p.ws.topk_weights[p.ws.row_pair[tc.row0 + tid]];
-      x.row_weight[tid] = wv;
+      if (n < tc.rows) wv = p.weight_on_input ? 1.0f : p.ws.topk_weights[p.ws.row_pair[tc.row0 + n]];
+      x.row_weight[n] = wv;
     }
     named_barrier_sync(bar_id, 128);
     const float alpha = p.alpha2[e];
