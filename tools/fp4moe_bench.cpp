@@ -50,7 +50,7 @@ struct Options {
   int warmup = 5;
   uint64_t seed = 1234;
   int scale = 1;        // divide H and I (smaller runs)
-  int check_tokens = 8;  // tokens compared with the reference per token count
+  int check_tokens = 16;  // tokens compared with the reference per token count, spread over T
   bool random_routing = false;  // uniform random distinct top-k (as the peers' anchors) instead of the router
   std::string checkpoint;       // --checkpoint DIR: a real layer instead of dummy weights
   int layer = -1;               // --layer L (default: the first MoE layer)
@@ -257,6 +257,22 @@ double check_against_reference(const MoeProblem& p, uint64_t seed, const HostMoe
                                const std::vector<int32_t>& ids, const std::vector<float>& weights, int64_t T,
                                int sample) {
   const int64_t n = std::min<int64_t>(T, sample);
+  if (n < T) {
+    // Tokens spread over the whole batch (first, last and evenly between): the permute keeps token
+    // order inside an expert, so the first tokens alone would only ever see the start of each tile.
+    const int64_t H = p.hidden_size, K = p.top_k();
+    std::vector<uint16_t> h(size_t(n * H)), o(size_t(n * H));
+    std::vector<int32_t> i2(size_t(n * K));
+    std::vector<float> w2(i2.size());
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t t = n == 1 ? 0 : j * (T - 1) / (n - 1);
+      std::copy_n(hidden.begin() + t * H, H, h.begin() + j * H);
+      std::copy_n(out.begin() + t * H, H, o.begin() + j * H);
+      std::copy_n(ids.begin() + t * K, K, i2.begin() + j * K);
+      std::copy_n(weights.begin() + t * K, K, w2.begin() + j * K);
+    }
+    return check_against_reference(p, seed, loaded, h, o, i2, w2, n, sample);
+  }
   if (loaded) {
     // Checkpoint weights are on the host already: the reference only visits the experts routed to.
     std::vector<float> ref_out(size_t(n * p.hidden_size));
@@ -271,7 +287,7 @@ double check_against_reference(const MoeProblem& p, uint64_t seed, const HostMoe
     }
     return den > 0 ? std::sqrt(num / den) : INFINITY;
   }
-  // Dummy weights: the first `sample` tokens, with only the experts they touch regenerated on the host.
+  // Dummy weights: only the experts the sampled tokens touch are regenerated on the host.
   const int K = p.top_k();
   std::vector<int> experts;
   for (int64_t i = 0; i < n * K; ++i) experts.push_back(ids[i]);
