@@ -79,17 +79,20 @@ fi
 
 if has python; then
   {
-    echo "=== python build"
+    echo "=== python build"; cmake --version | head -1; python3 --version
     start=$(date +%s)
     mkdir -p .deps/cutlass && tar -C .deps/cutlass -xzf gpubin/cutlass.tar.gz
-    python3 -m pip install --no-index --find-links gpubin/pywheels pytest 2>&1 | tail -2
-    CMAKE_BUILD_PARALLEL_LEVEL=16 timeout 400 python3 -m pip install --no-deps --no-index --find-links gpubin/pywheels \
-      --force-reinstall -Ccmake.build-type=Release . 2>&1 | tail -5
-    echo "=== python build exit ${PIPESTATUS[0]} in $(( $(date +%s) - start )) s"
-    (cd /tmp && timeout 300 python3 -m pytest "$root/tests/python" -q -rs 2>&1 | tail -30)
+    # build dependencies into the machine's environment from the carried wheels, then build in it
+    python3 -m pip install -q --no-index --find-links gpubin/pywheels scikit-build-core nanobind pytest 2>&1 | tail -20
+    CMAKE_BUILD_PARALLEL_LEVEL=16 timeout 400 python3 -m pip install --no-build-isolation --no-deps --no-index \
+      --force-reinstall -Ccmake.build-type=Release . > /tmp/pip-build.log 2>&1
+    rc=$?
+    tail -40 /tmp/pip-build.log
+    echo "=== python build exit $rc in $(( $(date +%s) - start )) s"
+    (cd /tmp && timeout 300 python3 -m pytest "$root/tests/python" -q -rs 2>&1 | tail -40; exit ${PIPESTATUS[0]})
     echo "=== pytest exit $?"
     timeout 120 python3 examples/replace_moe_block.py --compile 2>&1 | tail -10
-    echo "=== example exit $?"
+    echo "=== example exit ${PIPESTATUS[0]}"
   } >> "$out/python.log" 2>&1
   grep -E "^=== |passed|failed" "$out/python.log"
 fi
