@@ -83,7 +83,7 @@ if has python; then
     start=$(date +%s)
     mkdir -p .deps/cutlass && tar -C .deps/cutlass -xzf gpubin/cutlass.tar.gz
     # build dependencies into the machine's environment from the carried wheels, then build in it
-    python3 -m pip install -q --no-index --find-links gpubin/pywheels scikit-build-core nanobind pytest 2>&1 | tail -20
+    python3 -m pip install -q --no-index --find-links gpubin/pywheels scikit-build-core==1.1.2 nanobind==3.1.0 pytest 2>&1 | tail -20
     CMAKE_BUILD_PARALLEL_LEVEL=16 timeout 400 python3 -m pip install --no-build-isolation --no-deps --no-index \
       --force-reinstall -Ccmake.build-type=Release . > /tmp/pip-build.log 2>&1
     rc=$?
