@@ -22,12 +22,14 @@ ConfigInput deepseek(int64_t tokens) {
 TEST(SelectConfig, RegimesFollowRowsPerExpert) {
   // DeepSeek-R1: rows per expert = T * 8 / 256 = T / 32.
   EXPECT_EQ(select_config(deepseek(1)).tile_tokens, 16);
-  EXPECT_EQ(select_config(deepseek(512)).tile_tokens, 16);    // 16 rows per expert
-  EXPECT_EQ(select_config(deepseek(513)).tile_tokens, 32);
-  EXPECT_EQ(select_config(deepseek(1024)).tile_tokens, 32);
-  EXPECT_EQ(select_config(deepseek(2048)).tile_tokens, 64);   // 64 rows per expert
-  EXPECT_EQ(select_config(deepseek(2049)).tile_tokens, 128);
-  EXPECT_EQ(select_config(deepseek(4096)).tile_tokens, 128);
+  EXPECT_EQ(select_config(deepseek(256)).tile_tokens, 16);    // 8 rows per expert
+  EXPECT_EQ(select_config(deepseek(257)).tile_tokens, 32);
+  EXPECT_EQ(select_config(deepseek(512)).tile_tokens, 32);
+  EXPECT_EQ(select_config(deepseek(1024)).tile_tokens, 64);   // 32 rows per expert
+  EXPECT_EQ(select_config(deepseek(2048)).tile_tokens, 128);  // 64
+  EXPECT_EQ(select_config(deepseek(4096)).tile_tokens, 128);  // 128
+  EXPECT_EQ(select_config(deepseek(5120)).tile_tokens, 128);  // 160
+  EXPECT_EQ(select_config(deepseek(5121)).tile_tokens, 256);
   EXPECT_EQ(select_config(deepseek(8192)).tile_tokens, 256);
   EXPECT_NE(std::string(select_config(deepseek(1)).regime).find("decode"), std::string::npos);
   EXPECT_EQ(select_config(deepseek(1)).consumers, 4);
@@ -35,7 +37,7 @@ TEST(SelectConfig, RegimesFollowRowsPerExpert) {
   // Expert parallelism: fewer local experts, more rows each.
   ConfigInput ep = deepseek(128);
   ep.num_local_experts = 32;  // 32 rows per expert
-  EXPECT_EQ(select_config(ep).tile_tokens, 32);
+  EXPECT_EQ(select_config(ep).tile_tokens, 64);
 }
 
 TEST(SelectConfig, OnlyInstantiatedTilesAndSaneShapes) {

@@ -28,11 +28,12 @@ struct ConfigInput {
 
 // Average routed rows per local expert decides the token tile (all 1 CTA per SM, the producer's
 // registers handed to the consumers with setmaxnreg):
-//   decode  <= 16 rows per expert -> BN 16, 4 consumer warpgroups, 12 stages (bandwidth-bound)
-//   small   <= 32                 -> BN 32, 4 consumers
-//   medium  <= 64                 -> BN 64, 4 consumers
-//   large   <= 128                -> BN 128, 2 consumers, per-tile wgmma N of 128 or 64
-//   prefill >  128                -> BN 256, 2 consumers (tensor-core bound)
+//   decode  <= 8 rows per expert -> BN 16, 4 consumer warpgroups, 12 stages (bandwidth-bound)
+//   small   <= 24                -> BN 32, 4 consumers
+//   medium  <= 40                -> BN 64, 4 consumers
+//   large   <= 160               -> BN 128, 2 consumers, per-tile wgmma N of 128 or 64
+//   prefill >  160               -> BN 256, 2 consumers (tensor-core bound)
+// (thresholds measured with fp4moe-bench --tune on an H200: see config.cpp)
 // Only BN 128 buckets its tiles' wgmma N: each bucket is another inlined K loop, and with more than
 // one in a kernel ptxas ran out of registers and serialized every wgmma (C7512; scripts/ptxas-check.sh).
 Sm90Config select_config(const ConfigInput& in);

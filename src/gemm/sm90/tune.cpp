@@ -8,11 +8,11 @@ namespace fp4moe::sm90 {
 const std::vector<Sm90Config>& compiled_configs() {
   // The instantiations of launch.cuh's dispatch; select_config returns only these.
   static const std::vector<Sm90Config> kConfigs = {
-      {16, 4, 12, 1, "decode: <= 16 rows per expert"},
-      {32, 4, 10, 1, "small: <= 32 rows per expert"},
-      {64, 4, 8, 1, "medium: <= 64 rows per expert"},
-      {128, 2, 6, 1, "large: <= 128 rows per expert"},
-      {256, 2, 4, 1, "prefill: > 128 rows per expert"},
+      {16, 4, 12, 1, "decode: <= 8 rows per expert"},
+      {32, 4, 10, 1, "small: <= 24 rows per expert"},
+      {64, 4, 8, 1, "medium: <= 40 rows per expert"},
+      {128, 2, 6, 1, "large: <= 160 rows per expert"},
+      {256, 2, 4, 1, "prefill: > 160 rows per expert"},
   };
   return kConfigs;
 }
