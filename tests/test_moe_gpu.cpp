@@ -182,6 +182,17 @@ TEST_P(HostileRoutingTest, ZeroTokensWritesNothingAndSucceeds) {
   a.num_tokens = 0;
   ASSERT_OK(layer->forward(a, ws.get(), ws.size(), nullptr));
   CUDA_ASSERT(cudaDeviceSynchronize());
+  // Empty tensors of a framework have no data: zero tokens with every array pointer null succeed.
+  ForwardArgs none;
+  none.num_tokens = 0;
+  ASSERT_OK(layer->forward(none, ws.get(), ws.size(), nullptr));
+  // Both routings at once stay an error, even with zero tokens.
+  DeviceBuffer<int32_t> ids(8);
+  DeviceBuffer<float> w(8);
+  a.topk_ids = ids.get();
+  a.topk_weights = w.get();
+  EXPECT_EQ(layer->forward(a, ws.get(), ws.size(), nullptr).code(), StatusCode::kInvalidArgument);
+  CUDA_ASSERT(cudaDeviceSynchronize());
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, HostileRoutingTest, ::testing::Values(KernelPath::kSimt, KernelPath::kSm90),

@@ -204,10 +204,12 @@ Status MoeLayer::validate(const ForwardArgs& a, const void* workspace, size_t wo
                             " bytes workspace_bytes() asks for");
   const bool has_logits = a.router_logits != nullptr;
   const bool has_topk = a.topk_ids != nullptr || a.topk_weights != nullptr;
-  if (has_logits == has_topk)
-    return invalid_argument("give either router_logits or (topk_ids and topk_weights), not ",
-                            has_logits ? "both" : "neither");
+  if (has_logits && has_topk)
+    return invalid_argument("give either router_logits or (topk_ids and topk_weights), not both");
+  // Zero tokens read nothing: null pointers are fine then (empty framework tensors have no data).
   if (a.num_tokens == 0) return Status::Ok();
+  if (!has_logits && !has_topk)
+    return invalid_argument("give either router_logits or (topk_ids and topk_weights), not neither");
   FP4MOE_RETURN_IF_ERROR(check_ptr("hidden", a.hidden, 16));
   FP4MOE_RETURN_IF_ERROR(check_ptr("out", a.out, 16));
   if (has_logits) {
