@@ -84,8 +84,8 @@ if has python; then
     mkdir -p .deps/cutlass && tar -C .deps/cutlass -xzf gpubin/cutlass.tar.gz
     # build dependencies into the machine's environment from the carried wheels, then build in it
     python3 -m pip install -q --no-index --find-links gpubin/pywheels scikit-build-core==1.1.2 nanobind==3.1.0 pytest 2>&1 | tail -20
-    # The image's default CXX (/opt/gcc) links libstdc++ statically into the module, whose iostreams
-    # then segfault (seen on the H200 image); build with the system compiler.
+    # Built with the image's default CXX (/opt/gcc) the module carried its own libstdc++ and
+    # segfaulted formatting its first error message (seen on the H200 image): use the system g++.
     [ -x /usr/bin/g++ ] && export CXX=/usr/bin/g++ CC=/usr/bin/gcc CUDAHOSTCXX=/usr/bin/g++
     CMAKE_BUILD_PARALLEL_LEVEL=16 timeout 400 python3 -m pip install --no-build-isolation --no-deps --no-index \
       --force-reinstall -Ccmake.build-type=Release . > /tmp/pip-build.log 2>&1

@@ -17,7 +17,7 @@
 // Rank 0 prints the slowest rank's medians per row. Host-clock timing (steady_clock) around synchronized
 // steps: it includes launch overheads and is not CUDA-graph replay.
 //
-// STATUS: the GPU mode is compiled only (written without a GPU); --cpu runs here.
+// Ran on 2 H200s (bench/results/2026-11-29_h200x2_deepseek-r1_parallel.txt); --cpu runs anywhere.
 #include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
