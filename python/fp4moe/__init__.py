@@ -22,6 +22,11 @@ Main entry points::
     ckpt = fp4moe.Checkpoint("/models/Qwen3-30B-A3B-NVFP4")        # config + shard headers
     moe = fp4moe.MoE.from_checkpoint(ckpt, layer=0, device="cuda")
 
+    fp4moe.valid_parallel_configs(problem, world_size=4)   # [ParallelConfig(dp=1, tp=4, ep=1), ...]
+    outs = fp4moe.parallel.run_local(problem, (2, 1, 2), "alltoall", seed_or_weights,
+                                     hidden_states=[x0, x1], router_logits=[l0, l1])  # CPU ranks
+    pmoe = fp4moe.ParallelMoE(problem, (2, 1, 2), "alltoall")  # one GPU per torchrun/mpirun/srun rank
+
 Errors raise fp4moe.Fp4moeError (subclasses InvalidArgumentError, UnsupportedError, CudaError,
 IoError) with the C++ Status message, which names the argument and its value.
 
@@ -59,26 +64,36 @@ __all__ = [
     "InvalidArgumentError",
     "IoError",
     "MoE",
+    "ParallelConfig",
+    "ParallelMoE",
     "Problem",
     "RoutingConfig",
     "UnsupportedError",
+    "applicable_strategies",
     "cuda_device_count",
     "dequantize_mxfp4",
     "dequantize_nvfp4",
     "global_scale_from_amax",
     "has_cuda",
+    "has_nccl",
+    "launch_info",
     "preset",
     "preset_names",
     "quantize_mxfp4",
     "quantize_nvfp4",
     "random_weights",
+    "rank_layout",
     "route",
     "swizzle_scales",
     "unswizzle_scales",
+    "valid_parallel_configs",
 ]
 
 #: True when the extension was built with the CUDA kernels.
 has_cuda: bool = _ext.has_cuda
+#: True when the extension was built with NCCL (ParallelMoE can run; the CPU ranks of
+#: fp4moe.parallel.run_local run in every build).
+has_nccl: bool = _ext.has_nccl
 
 
 def cuda_device_count() -> int:
@@ -592,3 +607,14 @@ if _arrays.torch is not None:
     from ._torch_ops import moe_forward as _torch_op  # noqa: E402  (registers torch.ops.fp4moe.moe_forward)
 
 torch_unavailable_reason = _arrays.torch_unavailable_reason
+
+# The parallel layer (fp4moe.parallel); imported last: it uses _canonical_weights above.
+from . import parallel  # noqa: E402
+from .parallel import (  # noqa: E402
+    ParallelConfig,
+    ParallelMoE,
+    applicable_strategies,
+    launch_info,
+    rank_layout,
+    valid_parallel_configs,
+)

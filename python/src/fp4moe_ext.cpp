@@ -15,8 +15,11 @@
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
+#include <chrono>
+#include <cmath>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -32,11 +35,18 @@
 #include "fp4moe/status.h"
 #include "reference/moe_reference.h"
 #include "reference/sharding.h"
+#include "fp4moe/parallel.h"
+#include "src/comm/local_comm.h"
+#include "src/moe/parallel_moe.h"
 
 #if FP4MOE_HAS_CUDA
 #include <cuda_runtime_api.h>
 
 #include "fp4moe/moe_gpu.h"
+#endif
+
+#if FP4MOE_PY_HAS_NCCL
+#include "src/comm/nccl_comm.h"
 #endif
 
 namespace nb = nanobind;
@@ -965,6 +975,439 @@ std::string routing_repr(const RoutingConfig& c) {
                         ", routed_scaling_factor=", c.routed_scaling_factor, ")");
 }
 
+// ---- Parallel ------------------------------------------------------------------------------------
+
+Strategy parse_strategy_name(const std::string& name) {
+  Strategy s;
+  check(parse_strategy(name, &s));
+  return s;
+}
+
+std::string parallel_config_repr(const ParallelConfig& c) {
+  return detail::concat("ParallelConfig(dp=", c.dp, ", tp=", c.tp, ", ep=", c.ep, ")");
+}
+
+nb::dict parallel_config_dict(const ParallelConfig& c) {
+  nb::dict d;
+  d["dp"] = c.dp;
+  d["tp"] = c.tp;
+  d["ep"] = c.ep;
+  return d;
+}
+
+nb::dict layout_dict(const RankLayout& l) {
+  nb::dict d;
+  d["rank"] = l.rank;
+  d["dp_rank"] = l.dp_rank;
+  d["tp_rank"] = l.tp_rank;
+  d["moe_ep_rank"] = l.moe_ep_rank;
+  d["moe_ep_size"] = l.moe_ep_size;
+  d["moe_tp_rank"] = l.moe_tp_rank;
+  d["moe_tp_size"] = l.moe_tp_size;
+  return d;
+}
+
+nb::dict launch_dict(const LaunchInfo& i) {
+  nb::dict d;
+  d["launcher"] = i.launcher;
+  d["rank"] = i.rank;
+  d["world_size"] = i.world_size;
+  d["local_rank"] = i.local_rank;
+  d["local_world_size"] = i.local_world_size;
+  d["master_addr"] = i.master_addr;
+  d["master_port"] = i.master_port;
+  d["nccl_comm_id"] = i.nccl_comm_id;
+  return d;
+}
+
+// parse_launch_env over `env` (a str -> str mapping) or, when None, launch_info_from_environment.
+nb::dict launch_info(std::optional<nb::dict> env) {
+  LaunchInfo info;
+  if (env) {
+    std::map<std::string, std::string> m;
+    for (auto [k, v] : *env) m[nb::cast<std::string>(nb::str(k))] = nb::cast<std::string>(nb::str(v));
+    check(parse_launch_env(m, &info));
+  } else {
+    check(launch_info_from_environment(&info));
+  }
+  return launch_dict(info);
+}
+
+// The config's own rules (those of validate() that need no problem), for calls without a problem.
+void check_config_shape(const ParallelConfig& c) {
+  if (c.dp < 1) fail_invalid("dp = ", c.dp, " must be >= 1");
+  if (c.tp < 1) fail_invalid("tp = ", c.tp, " must be >= 1");
+  if (c.ep < 1) fail_invalid("ep = ", c.ep, " must be >= 1");
+  if (c.ep != 1 && c.ep != c.world_size())
+    fail_invalid("ep = ", c.ep, " must be 1 (expert parallelism off) or dp * tp = ", c.world_size());
+}
+
+nb::dict rank_layout_of(const ParallelConfig& c, int rank) {
+  check_config_shape(c);
+  if (rank < 0 || rank >= c.world_size())
+    fail_invalid("rank = ", rank, " is not in [0, dp * tp = ", c.world_size(), ")");
+  return layout_dict(rank_layout(c, rank));
+}
+
+std::vector<std::string> strategy_names(const ParallelConfig& c) {
+  std::vector<std::string> out;
+  for (Strategy s : applicable_strategies(c)) out.push_back(to_string(s));
+  return out;
+}
+
+std::vector<ParallelConfig> valid_parallel_configs(const MoeProblem& p, int world_size) {
+  check(validate(p));
+  if (world_size < 1) fail_invalid("world_size = ", world_size, " must be >= 1");
+  return valid_configs(p, world_size);
+}
+
+// validate() and check_strategy() together: the set-up checks every parallel layer starts with.
+Strategy check_parallel_setup(const MoeProblem& p, const ParallelConfig& c, const std::string& strategy,
+                              int world_size) {
+  check(validate(p));
+  const Strategy s = parse_strategy_name(strategy);
+  check(validate(c, p, world_size));
+  check(check_strategy(c, s));
+  return s;
+}
+
+// The full (all experts, full intermediate size) host weights of a parallel layer, checked.
+WeightArrays read_full_weights(const MoeProblem& p, nb::dict weights) {
+  return read_weights(p, ShardDims{p.num_experts(), p.intermediate_size}, weights);
+}
+
+// The root cause among the ranks' statuses: a rank's own error rather than the aborts it caused in its
+// peers (kNcclError), prefixed with the rank.
+Status first_failure(const std::vector<Status>& st) {
+  int pick = -1;
+  for (size_t r = 0; r < st.size(); ++r)
+    if (!st[r].ok() && (pick < 0 || (st[pick].code() == StatusCode::kNcclError &&
+                                     st[r].code() != StatusCode::kNcclError)))
+      pick = int(r);
+  if (pick < 0) return Status::Ok();
+  return Status(st[pick].code(), detail::concat("rank ", pick, ": ", st[pick].message()));
+}
+
+template <typename A>
+A list_item(const char* name, size_t i, nb::handle item) {
+  try {
+    return nb::cast<A>(item);
+  } catch (const nb::cast_error&) {
+    fail_invalid(name, "[", i, "] is a ", nb::type_name(item.type()).c_str(),
+                 ", not an array (NumPy, or any DLPack tensor)");
+  }
+}
+
+// fp4moe.parallel.run_local: the parallel layer on config.world_size() in-process ranks (LocalCommunicator,
+// one thread each) with the CPU reference backend, as tests/test_parallel.cpp runs it.
+// Input lists hold one entry per rank (length dp * tp) or one per DP group (length dp; the group's TP
+// ranks all get it); outputs one float32 [T_rank, H] array per rank.
+void parallel_run_local(const MoeProblem& problem, const ParallelConfig& config, const std::string& strategy_name,
+                        std::optional<nb::dict> weights, uint64_t seed, nb::list hidden, std::optional<nb::list> logits,
+                        std::optional<nb::list> topk_ids, std::optional<nb::list> topk_weights, nb::list outs,
+                        double timeout_s, int threads_per_rank) {
+  const int n = config.world_size();
+  const Strategy strategy = check_parallel_setup(problem, config, strategy_name, n);
+  if (!(timeout_s > 0) || !std::isfinite(timeout_s)) fail_invalid("timeout = ", timeout_s, " must be > 0 seconds");
+  if (threads_per_rank < 1) fail_invalid("threads_per_rank = ", threads_per_rank, " must be >= 1");
+  const int64_t H = problem.hidden_size;
+  const int E = problem.num_experts(), K = problem.top_k();
+  const size_t num_inputs = nb::len(hidden);
+  if (num_inputs != size_t(n) && num_inputs != size_t(config.dp))
+    fail_invalid("hidden_states has ", num_inputs, " entries; expected one per rank (dp * tp = ", n,
+                 ") or one per DP group (dp = ", config.dp, ")");
+  const bool per_rank = num_inputs == size_t(n);
+  if (logits && (topk_ids || topk_weights))
+    fail_invalid("give router_logits or (topk_ids and topk_weights), not both");
+  if (!logits && !(topk_ids && topk_weights))
+    fail_invalid(topk_ids       ? "topk_ids given without topk_weights"
+                 : topk_weights ? "topk_weights given without topk_ids"
+                                : "give router_logits or (topk_ids and topk_weights); got neither");
+  auto check_len = [&](const char* name, const nb::list& l) {
+    if (nb::len(l) != num_inputs)
+      fail_invalid(name, " has ", nb::len(l), " entries but hidden_states has ", num_inputs);
+  };
+  if (logits) check_len("router_logits", *logits);
+  if (topk_ids) check_len("topk_ids", *topk_ids);
+  if (topk_weights) check_len("topk_weights", *topk_weights);
+  if (nb::len(outs) != size_t(n)) fail_invalid("out has ", nb::len(outs), " entries; expected one per rank (", n, ")");
+
+  // Every input, checked and converted once (bf16 hidden states; the arrays stay alive in the lists).
+  struct Input {
+    int64_t num_tokens = 0;
+    std::vector<uint16_t> hidden;
+    const void* logits = nullptr;
+    LogitsType logits_type = LogitsType::kF32;
+    const int32_t* ids = nullptr;
+    const float* weights = nullptr;
+  };
+  std::vector<Input> inputs(num_inputs);
+  auto host_only = [](const std::string& label, const Place& p) {
+    if (p.cuda)
+      fail_invalid(label, " is on ", p.str(), "; run_local runs the CPU reference: pass host arrays");
+  };
+  int64_t most_tokens = 0;
+  for (size_t i = 0; i < num_inputs; ++i) {
+    const std::string hn = detail::concat("hidden_states[", i, "]");
+    const InArray h = list_item<InArray>("hidden_states", i, hidden[i]);
+    if (h.ndim() != 2)
+      fail_invalid(hn, " has shape ", shape_str(h), "; expected [num_tokens, hidden_size = ", H, "]");
+    const int64_t T = int64_t(h.shape(0));
+    host_only(hn, check_array(hn.c_str(), h, {kF32, kBF16}, {{"num_tokens", T}, {"hidden_size", H}}));
+    Input& in = inputs[i];
+    in.num_tokens = T;
+    most_tokens = std::max(most_tokens, T);
+    in.hidden.resize(size_t(T * H));
+    if (h.dtype() == kF32) {
+      const auto* f = static_cast<const float*>(h.data());
+      for (int64_t j = 0; j < T * H; ++j) in.hidden[j] = float_to_bf16(f[j]);
+    } else if (T * H > 0) {
+      std::memcpy(in.hidden.data(), h.data(), size_t(T * H) * 2);
+    }
+    if (logits) {
+      const std::string ln = detail::concat("router_logits[", i, "]");
+      const InArray l = list_item<InArray>("router_logits", i, (*logits)[i]);
+      host_only(ln, check_array(ln.c_str(), l, {kF32, kBF16}, {{"num_tokens", T}, {"num_experts", E}}));
+      in.logits = l.data();
+      in.logits_type = l.dtype() == kBF16 ? LogitsType::kBF16 : LogitsType::kF32;
+    } else {
+      const std::string idn = detail::concat("topk_ids[", i, "]"), wn = detail::concat("topk_weights[", i, "]");
+      const InArray ids = list_item<InArray>("topk_ids", i, (*topk_ids)[i]);
+      const InArray w = list_item<InArray>("topk_weights", i, (*topk_weights)[i]);
+      host_only(idn, check_array(idn.c_str(), ids, {kI32}, {{"num_tokens", T}, {"top_k", K}}));
+      host_only(wn, check_array(wn.c_str(), w, {kF32}, {{"num_tokens", T}, {"top_k", K}}));
+      in.ids = static_cast<const int32_t*>(ids.data());
+      in.weights = static_cast<const float*>(w.data());
+    }
+  }
+  std::vector<float*> out_ptrs(static_cast<size_t>(n), nullptr);
+  for (int r = 0; r < n; ++r) {
+    const Input& in = inputs[per_rank ? size_t(r) : size_t(rank_layout(config, r).dp_rank)];
+    const std::string on = detail::concat("out[", r, "]");
+    const OutArray o = list_item<OutArray>("out", size_t(r), outs[r]);
+    host_only(on, check_array(on.c_str(), o, {kF32}, {{"num_tokens", in.num_tokens}, {"hidden_size", H}}));
+    out_ptrs[r] = static_cast<float*>(o.data());
+  }
+  // Buffers sized for the largest input rather than problem.max_tokens (8192 by default), unless an input
+  // exceeds it: then the layer's own check reports it.
+  MoeProblem p = problem;
+  if (most_tokens <= p.max_tokens) p.max_tokens = std::max<int64_t>(1, most_tokens);
+
+  HostMoeWeights full;
+  if (weights) {
+    const WeightArrays arrays = read_full_weights(problem, *weights);
+    full = copy_weights(problem, ShardDims{E, problem.intermediate_size}, arrays.view);
+  }
+  std::vector<Status> statuses;
+  {
+    nb::gil_scoped_release release;
+    if (!weights) full = make_random_weights(problem, seed);
+    comm::CommOptions co;
+    co.timeout = std::chrono::milliseconds(int64_t(std::ceil(timeout_s * 1000.0)));
+    auto world = comm::LocalWorld::create(n, co);
+    statuses = comm::run_local_ranks(world, [&](int rank, comm::Communicator& comm) -> Status {
+      const RankLayout layout = rank_layout(config, rank);
+      ref::ReferenceOptions ro;
+      ro.num_threads = threads_per_rank;
+      std::unique_ptr<ExpertBackend> backend;
+      FP4MOE_RETURN_IF_ERROR(make_cpu_reference_backend(p, full, layout, ro, &backend));
+      std::unique_ptr<ParallelMoe> layer;
+      FP4MOE_RETURN_IF_ERROR(ParallelMoe::create(p, config, strategy, &comm, std::move(backend), {}, &layer));
+      const Input& in = inputs[per_rank ? size_t(rank) : size_t(layout.dp_rank)];
+      ParallelMoe::Args a;
+      a.hidden = in.hidden.data();
+      a.router_logits = in.logits;
+      a.logits_type = in.logits_type;
+      a.topk_ids = in.ids;
+      a.topk_weights = in.weights;
+      a.num_tokens = in.num_tokens;
+      a.out = out_ptrs[size_t(rank)];
+      return layer->forward(a);
+    });
+  }
+  check(first_failure(statuses));
+}
+
+// Argument checks of ParallelMoE.forward (a GPU layer on `place`), shared with the tests: routing
+// inputs first, then every array. Returns the token count.
+int64_t check_parallel_forward_args(const MoeProblem& p, const Place& place, const InArray& hidden,
+                                    const std::optional<InArray>& logits, const std::optional<InArray>& topk_ids,
+                                    const std::optional<InArray>& topk_weights, const OutArray& out) {
+  const int64_t H = p.hidden_size;
+  const int E = p.num_experts(), K = p.top_k();
+  if (logits && (topk_ids || topk_weights))
+    fail_invalid("give router_logits or (topk_ids and topk_weights), not both");
+  if (!logits && !(topk_ids && topk_weights))
+    fail_invalid(topk_ids       ? "topk_ids given without topk_weights"
+                 : topk_weights ? "topk_weights given without topk_ids"
+                                : "give router_logits or (topk_ids and topk_weights); got neither");
+  if (hidden.ndim() != 2)
+    fail_invalid("hidden_states has shape ", shape_str(hidden), "; expected [num_tokens, hidden_size = ", H, "]");
+  const int64_t T = int64_t(hidden.shape(0));
+  const Place ph = place_of("hidden_states", hidden);
+  if (!(ph == place))
+    fail_invalid("hidden_states is on ", ph.str(), " but this ParallelMoE lives on ", place.str(),
+                 " (LOCAL_RANK's GPU); for the CPU reference use fp4moe.parallel.run_local");
+  check_array("hidden_states", hidden, {kBF16}, {{"num_tokens", T}, {"hidden_size", H}});
+  if (T > p.max_tokens)
+    fail_invalid("hidden_states has ", T, " tokens but the layer was sized for problem.max_tokens = ", p.max_tokens);
+  check_same_place("out", check_array("out", out, {kBF16}, {{"num_tokens", T}, {"hidden_size", H}}), "hidden_states",
+                   ph);
+  if (logits)
+    check_same_place("router_logits",
+                     check_array("router_logits", *logits, {kF32, kBF16}, {{"num_tokens", T}, {"num_experts", E}}),
+                     "hidden_states", ph);
+  if (topk_ids) {
+    check_same_place("topk_ids", check_array("topk_ids", *topk_ids, {kI32}, {{"num_tokens", T}, {"top_k", K}}),
+                     "hidden_states", ph);
+    check_same_place("topk_weights",
+                     check_array("topk_weights", *topk_weights, {kF32}, {{"num_tokens", T}, {"top_k", K}}),
+                     "hidden_states", ph);
+  }
+  return T;
+}
+
+// fp4moe.ParallelMoE: one rank of the parallel layer on this process's GPU (LOCAL_RANK) over NCCL, the
+// world communicator bootstrapped from the launcher's variables (create_nccl_world). The layer runs on
+// its own stream, ordered after the caller's stream by an event and before it by another.
+class ParallelGpuLayer {
+ public:
+  static std::unique_ptr<ParallelGpuLayer> create(const MoeProblem& problem, const ParallelConfig& config,
+                                                  const std::string& strategy_name, std::optional<nb::dict> weights,
+                                                  uint64_t seed, double timeout_s, bool check_token_counts) {
+    if (!(timeout_s > 0) || !std::isfinite(timeout_s)) fail_invalid("timeout = ", timeout_s, " must be > 0 seconds");
+    LaunchInfo info;
+    check(launch_info_from_environment(&info));
+    const Strategy strategy = check_parallel_setup(problem, config, strategy_name, info.world_size);
+    std::optional<WeightArrays> arrays;
+    if (weights) arrays.emplace(read_full_weights(problem, *weights));
+    auto layer = std::unique_ptr<ParallelGpuLayer>(new ParallelGpuLayer());
+    layer->problem_ = problem;
+    layer->config_ = config;
+    layer->strategy_ = strategy;
+    layer->info_ = info;
+#if FP4MOE_PY_HAS_NCCL
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0)
+      fail_unsupported("ParallelMoE runs one rank per CUDA GPU but no CUDA device is visible; "
+                       "fp4moe.parallel.run_local runs the layer on in-process CPU ranks");
+    if (info.local_rank >= count)
+      fail_invalid("local_rank = ", info.local_rank, " (", info.launcher, ") but this node has ", count,
+                   " visible GPUs (one process per GPU)");
+    layer->place_ = {true, info.local_rank};
+    DeviceGuard guard(info.local_rank);
+    FP4MOE_PY_CUDA(cudaStreamCreateWithFlags(&layer->stream_, cudaStreamNonBlocking));
+    FP4MOE_PY_CUDA(cudaEventCreateWithFlags(&layer->before_, cudaEventDisableTiming));
+    FP4MOE_PY_CUDA(cudaEventCreateWithFlags(&layer->after_, cudaEventDisableTiming));
+    comm::CommOptions co;
+    co.timeout = std::chrono::milliseconds(int64_t(std::ceil(timeout_s * 1000.0)));
+    ParallelMoeOptions po;
+    po.check_token_counts = check_token_counts;
+    {
+      nb::gil_scoped_release release;
+      check(comm::create_nccl_world(info, layer->stream_, co, &layer->world_));
+      std::unique_ptr<ExpertBackend> backend;
+      check(make_gpu_backend(problem, config, strategy, rank_layout(config, info.rank),
+                             arrays ? &arrays->view : nullptr, seed, layer->stream_, &backend));
+      check(ParallelMoe::create(problem, config, strategy, layer->world_.get(), std::move(backend), po,
+                                &layer->layer_));
+    }
+    return layer;
+#else
+    (void)seed;
+    (void)check_token_counts;
+    fail_unsupported("ParallelMoE: this fp4moe build has no CUDA/NCCL support (FP4MOE_ENABLE_CUDA=OFF or NCCL "
+                     "not found at build time); fp4moe.parallel.run_local runs the layer on CPU ranks");
+#endif
+  }
+
+  ~ParallelGpuLayer() { close(); }
+
+  void forward(InArray hidden, std::optional<InArray> logits, std::optional<InArray> topk_ids,
+               std::optional<InArray> topk_weights, OutArray out, uintptr_t stream) {
+    if (closed_) fail_invalid("this ParallelMoE is closed");
+    const int64_t T = check_parallel_forward_args(problem_, place_, hidden, logits, topk_ids, topk_weights, out);
+#if FP4MOE_PY_HAS_NCCL
+    ParallelMoe::Args a;
+    a.hidden = static_cast<const uint16_t*>(hidden.data());
+    a.router_logits = logits ? logits->data() : nullptr;
+    a.logits_type = logits && logits->dtype() == kBF16 ? LogitsType::kBF16 : LogitsType::kF32;
+    a.topk_ids = topk_ids ? static_cast<const int32_t*>(topk_ids->data()) : nullptr;
+    a.topk_weights = topk_weights ? static_cast<const float*>(topk_weights->data()) : nullptr;
+    a.num_tokens = T;
+    a.out = out.data();
+    DeviceGuard guard(place_.device_id);
+    const cudaStream_t caller = as_stream(stream);
+    FP4MOE_PY_CUDA(cudaEventRecord(before_, caller));
+    FP4MOE_PY_CUDA(cudaStreamWaitEvent(stream_, before_, 0));
+    Status s;
+    {
+      nb::gil_scoped_release release;
+      s = layer_->forward(a);
+    }
+    check(s);
+    FP4MOE_PY_CUDA(cudaEventRecord(after_, stream_));
+    FP4MOE_PY_CUDA(cudaStreamWaitEvent(caller, after_, 0));
+#else
+    (void)T;
+#endif
+  }
+
+  void close() {
+    if (closed_) return;
+    closed_ = true;
+#if FP4MOE_PY_HAS_NCCL
+    int previous = -1;
+    const bool restore = cudaGetDevice(&previous) == cudaSuccess;
+    if (place_.cuda) cudaSetDevice(place_.device_id);
+    {
+      // NOTE: destroying an NCCL communicator may wait for its peers: without the GIL.
+      nb::gil_scoped_release release;
+      if (stream_) cudaStreamSynchronize(stream_);
+      layer_.reset();  // before the communicator it uses
+      world_.reset();
+    }
+    if (before_) cudaEventDestroy(before_);
+    if (after_) cudaEventDestroy(after_);
+    if (stream_) cudaStreamDestroy(stream_);
+    before_ = after_ = nullptr;
+    stream_ = nullptr;
+    if (restore) cudaSetDevice(previous);
+#endif
+  }
+
+  bool closed() const { return closed_; }
+  const MoeProblem& problem() const { return problem_; }
+  const ParallelConfig& config() const { return config_; }
+  std::string strategy() const { return to_string(strategy_); }
+  std::string device() const { return place_.str(); }
+  nb::dict layout() const { return layout_dict(rank_layout(config_, info_.rank)); }
+  nb::dict launch() const { return launch_dict(info_); }
+  uintptr_t stream() const {
+#if FP4MOE_PY_HAS_NCCL
+    return reinterpret_cast<uintptr_t>(stream_);
+#else
+    return 0;
+#endif
+  }
+
+ private:
+  ParallelGpuLayer() = default;
+
+  MoeProblem problem_;
+  ParallelConfig config_;
+  Strategy strategy_ = Strategy::kNone;
+  LaunchInfo info_;
+  Place place_;
+  bool closed_ = false;
+#if FP4MOE_PY_HAS_NCCL
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t before_ = nullptr, after_ = nullptr;
+  std::unique_ptr<comm::NcclCommunicator> world_;
+  std::unique_ptr<ParallelMoe> layer_;
+#endif
+};
+
 }  // namespace
 }  // namespace fp4moe::py
 
@@ -1154,4 +1597,78 @@ NB_MODULE(_ext, m) {
       .def_prop_ro("warnings", &CheckpointHandle::warnings)
       .def("load_layer", &CheckpointHandle::load_layer, "layer"_a, "ep_rank"_a = 0, "ep_size"_a = 1, "tp_rank"_a = 0,
            "tp_size"_a = 1);
+
+  // ---- Parallel ----
+  m.attr("has_nccl") = bool(FP4MOE_PY_HAS_NCCL);
+  nb::class_<ParallelConfig>(m, "ParallelConfig")
+      .def(
+          "__init__",
+          [](ParallelConfig* c, int dp, int tp, int ep) { new (c) ParallelConfig{dp, tp, ep}; }, "dp"_a = 1,
+          "tp"_a = 1, "ep"_a = 1)
+      .def_rw("dp", &ParallelConfig::dp)
+      .def_rw("tp", &ParallelConfig::tp)
+      .def_rw("ep", &ParallelConfig::ep)
+      .def_prop_ro("world_size", &ParallelConfig::world_size)
+      .def_prop_ro("name",
+                   [](const ParallelConfig& c) { return detail::concat("dp", c.dp, "tp", c.tp, "ep", c.ep); })
+      .def(
+          "validate",
+          [](const ParallelConfig& c, const MoeProblem& p, std::optional<int> world_size) {
+            check(validate(c, p, world_size ? *world_size : c.world_size()));
+          },
+          "problem"_a, "world_size"_a.none() = nb::none())
+      .def(
+          "check_strategy",
+          [](const ParallelConfig& c, const std::string& s) { check(check_strategy(c, parse_strategy_name(s))); },
+          "strategy"_a)
+      .def("to_dict", &parallel_config_dict)
+      .def("keys", [](const ParallelConfig&) { return std::vector<std::string>{"dp", "tp", "ep"}; })
+      .def("__getitem__",
+           [](const ParallelConfig& c, const std::string& k) {
+             if (k == "dp") return c.dp;
+             if (k == "tp") return c.tp;
+             if (k == "ep") return c.ep;
+             throw nb::key_error(detail::concat("ParallelConfig has no field '", k, "'; fields: dp, tp, ep").c_str());
+           })
+      .def("__eq__", [](const ParallelConfig& a, const ParallelConfig& b) {
+        return a.dp == b.dp && a.tp == b.tp && a.ep == b.ep;
+      })
+      .def("__repr__", &parallel_config_repr);
+  m.def("strategy_names", [] {
+    std::vector<std::string> out;
+    for (Strategy s : {Strategy::kNone, Strategy::kTpAllReduce, Strategy::kAllGatherReduceScatter, Strategy::kAllToAll})
+      out.push_back(to_string(s));
+    return out;
+  });
+  m.def("parse_strategy", [](const std::string& s) { return std::string(to_string(parse_strategy_name(s))); },
+        "name"_a);
+  m.def("valid_parallel_configs", &valid_parallel_configs, "problem"_a, "world_size"_a);
+  m.def("applicable_strategies", &strategy_names, "config"_a);
+  m.def("rank_layout", &rank_layout_of, "config"_a, "rank"_a);
+  m.def("launch_info", &launch_info, "env"_a.none() = nb::none());
+  m.def("parallel_run_local", &parallel_run_local, "problem"_a, "config"_a, "strategy"_a, "weights"_a.none(),
+        "seed"_a, "hidden_states"_a, "router_logits"_a.none(), "topk_ids"_a.none(), "topk_weights"_a.none(), "out"_a,
+        "timeout"_a, "threads_per_rank"_a);
+  m.def(
+      "check_parallel_forward_args",
+      [](const MoeProblem& p, int device_id, InArray hidden, std::optional<InArray> logits,
+         std::optional<InArray> topk_ids, std::optional<InArray> topk_weights, OutArray out) {
+        return check_parallel_forward_args(p, Place{true, device_id}, hidden, logits, topk_ids, topk_weights, out);
+      },
+      "problem"_a, "device_id"_a, "hidden_states"_a, "router_logits"_a.none(), "topk_ids"_a.none(),
+      "topk_weights"_a.none(), "out"_a);
+  nb::class_<ParallelGpuLayer>(m, "ParallelLayer")
+      .def_static("create", &ParallelGpuLayer::create, "problem"_a, "config"_a, "strategy"_a, "weights"_a.none(),
+                  "seed"_a, "timeout"_a, "check_token_counts"_a)
+      .def("forward", &ParallelGpuLayer::forward, "hidden_states"_a, "router_logits"_a.none(), "topk_ids"_a.none(),
+           "topk_weights"_a.none(), "out"_a, "stream"_a)
+      .def("close", &ParallelGpuLayer::close)
+      .def_prop_ro("closed", &ParallelGpuLayer::closed)
+      .def_prop_ro("problem", [](const ParallelGpuLayer& l) { return l.problem(); })
+      .def_prop_ro("config", [](const ParallelGpuLayer& l) { return l.config(); })
+      .def_prop_ro("strategy", &ParallelGpuLayer::strategy)
+      .def_prop_ro("device", &ParallelGpuLayer::device)
+      .def_prop_ro("layout", &ParallelGpuLayer::layout)
+      .def_prop_ro("launch_info", &ParallelGpuLayer::launch)
+      .def_prop_ro("stream", &ParallelGpuLayer::stream);
 }
