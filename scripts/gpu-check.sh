@@ -2,21 +2,28 @@
 # Runs on the GPU machine over what scripts/stage-gpu.sh packed into gpubin/, writing logs and JSON
 # under $OUT (at most 8 files come back, so sections share logs). Sections, chosen by
 # FP4MOE_SECTIONS (default "tests bench"):
-#   tests       every test binary (test_parallel_gpu needs 2 GPUs and skips otherwise)
+#   tests       the test binaries in FP4MOE_TESTS (default: every CPU test and the 1-GPU tests;
+#               test_parallel_gpu is in the parallel section)
 #   memcheck    compute-sanitizer memcheck on the GPU tests (racecheck too with FP4MOE_RACECHECK=1)
 #   bench       fp4moe-bench per preset in "$@" (default deepseek-r1), args FP4MOE_BENCH_ARGS
 #   peers       bench/peers_torch.py on the same presets and tokens, then bench/compare.py
 #   python      builds the wheel there (pip, carried build deps), pytest tests/python, the example
 #   checkpoint  generated checkpoints through fp4moe-check and fp4moe-bench --checkpoint
 #   parallel    test_parallel_gpu and fp4moe-bench-parallel --nproc 2 (2 GPUs)
+# Exits non-zero when any step it ran failed (every step prints "=== <what> exit <rc>").
 set -u
 root=$(pwd)
 out=${OUT:-/tmp/fp4moe-out}
 mkdir -p "$out"
-if [ -f gpubin/bin.tar.gz ] && [ ! -d gpubin/bin ]; then tar -C gpubin -xzf gpubin/bin.tar.gz; fi
+if [ -f gpubin/bin.tar.gz ]; then rm -rf gpubin/bin && tar -C gpubin -xzf gpubin/bin.tar.gz; fi
 bin=${FP4MOE_BIN:-gpubin/bin}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 sections=" ${FP4MOE_SECTIONS:-tests bench} "
+for s in $sections; do
+  case $s in tests|memcheck|bench|peers|python|checkpoint|parallel) ;;
+    *) echo "gpu-check: unknown section '$s' in FP4MOE_SECTIONS (tests memcheck bench peers python checkpoint parallel)"; exit 2 ;;
+  esac
+done
 has() { [[ "$sections" == *" $1 "* ]]; }
 presets=${@:-deepseek-r1}
 log="$out/tests.log"
@@ -41,6 +48,7 @@ fi
 if has memcheck; then
   {
     specs=${FP4MOE_MEMCHECK_SPECS:-"test_format_gpu:-*Exhaustive*:*MatchesHardware* test_routing_gpu:*"}
+    set -f  # the filters hold '*'
     for spec in $specs \
                 "test_moe_gpu:${FP4MOE_MEMCHECK_FILTER:-*deepseek*w4a16*:*gpt_oss_20b*:*Hostile*:*Rejects*:*OutOfRange*:*Uploaded*:*EveryCompiled*}"; do
       t=${spec%%:*}; filter=${spec#*:}
@@ -49,6 +57,7 @@ if has memcheck; then
         grep -E "ERROR SUMMARY|PASSED|FAILED|Invalid|out of bounds" | tail -8
       echo "=== memcheck $t exit ${PIPESTATUS[0]}"
     done
+    set +f
     if [ "${FP4MOE_RACECHECK:-0}" = 1 ]; then
       filter=${FP4MOE_RACECHECK_FILTER:-*deepseek_r1_w4a16_sm90*:*Hostile*sm90*}
       echo "=== racecheck test_moe_gpu ($filter)"
@@ -66,6 +75,7 @@ if has bench; then
     timeout ${FP4MOE_BENCH_TIMEOUT:-300} stdbuf -oL "$bin/fp4moe-bench" --preset "$preset" \
       ${FP4MOE_BENCH_ARGS:---routing random --tokens $tokens --check --verbose} --json "$out/bench_${preset}.json" 2>&1 | \
       tee -a "$out/bench.log" | grep -vE "^ +(gemm|config|kernel)"
+    echo "=== bench $preset exit ${PIPESTATUS[0]}" | tee -a "$out/bench.log"
   done
 fi
 
@@ -73,6 +83,7 @@ if has peers; then
   for preset in $presets; do
     timeout 300 python3 bench/peers_torch.py --preset "$preset" --tokens "$tokens" --json "$out/peers_${preset}.json" \
       >> "$out/bench.log" 2>&1
+    echo "=== peers $preset exit $?" | tee -a "$out/bench.log"
     python3 bench/compare.py "$out/bench_${preset}.json" "$out/peers_${preset}.json" 2>&1 | tee -a "$out/bench.log"
   done
 fi
@@ -127,6 +138,7 @@ if has checkpoint; then
       echo "=== checkpoint $model $conv ($preset scaled)"
       mkdir -p $ck/$model && "$bin/fp4moe-make-checkpoint" --out $ck/$model --model $model --convention $conv --preset $preset \
         --scale 8 --layers 2 --shards 2 --index 2>&1 | tail -2
+      echo "=== fp4moe-make-checkpoint $model exit ${PIPESTATUS[0]}"
       timeout 120 "$bin/fp4moe-check" --checkpoint $ck/$model --layer 1 --tokens 200 2>&1 | tail -12
       echo "=== fp4moe-check $model exit ${PIPESTATUS[0]}"
       timeout 120 "$bin/fp4moe-bench" --checkpoint $ck/$model --layer 1 --tokens 1,128 --check 2>&1 | tail -6
@@ -145,4 +157,9 @@ if has parallel; then
   } >> "$out/parallel.log" 2>&1
   grep -E "^=== " "$out/parallel.log"
 fi
-exit 0
+# every "=== ... exit N" line of this run's logs; any N != 0 fails the run
+if cat "$out"/*.log 2>/dev/null | grep -E "^=== .* exit [0-9]+" | grep -vqE " exit 0( in [0-9]+ s)?$"; then
+  echo "gpu-check: FAILED steps:"; cat "$out"/*.log | grep -E "^=== .* exit [0-9]+" | grep -vE " exit 0( in [0-9]+ s)?$"
+  exit 1
+fi
+echo "gpu-check: every step it ran passed"

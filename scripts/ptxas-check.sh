@@ -24,6 +24,12 @@ for tu in sm90_gemm1 sm90_gemm2; do
          if (x == 1) { want=int(65536/(128*(c+1))/8)*8; if (want > 255) want=248;
            if (used != want) { print "'"$tu"': a setmaxnreg kernel launches with " used " registers, not " want; bad=1 } } }
        END {exit bad}' "$log" || status=1
+  # every dispatched config must be among the kernels checked (a regex that stops matching would
+  # otherwise check nothing), and no kernel may use local memory (a stack frame)
+  want=$(grep -c "return launch_traits<" "$root/src/gemm/sm90/launch.cuh")
+  got=$(grep -c "Compiling entry function.*Sm90Traits" "$log")
+  if [ "$got" != "$want" ]; then echo "$tu: ptxas compiled $got sm90 kernels, launch.cuh dispatches $want"; status=1; fi
+  if grep -qE "[1-9][0-9]* bytes stack frame" "$log"; then grep -E "[1-9][0-9]* bytes stack frame" "$log" | sort | uniq -c; status=1; fi
   if grep -E "C75[0-9][0-9]|spill stores|bytes spill" "$log" | grep -vE " 0 bytes spill stores, 0 bytes spill loads" | grep -q .; then
     grep -E "C75[0-9][0-9]|bytes spill" "$log" | grep -vE " 0 bytes spill stores, 0 bytes spill loads" | sort | uniq -c
     status=1

@@ -19,3 +19,7 @@ tar -C "$root/.deps/cutlass" -czf "$root/gpubin/cutlass.tar.gz" include
 python3 -m pip download -q --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
   -d "$root/gpubin/pywheels" scikit-build-core==1.1.2 nanobind==3.1.0 pytest
 du -sh "$root"/gpubin/*
+size=$(du -sb "$root/gpubin" | cut -f1)
+if [ "$size" -gt $((64 * 1024 * 1024)) ]; then
+  echo "stage-gpu: gpubin/ is $size bytes, over the device tool's 64 MiB carry limit"; exit 1
+fi

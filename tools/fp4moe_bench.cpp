@@ -99,7 +99,10 @@ Options parse(int argc, char** argv) {
       Status s = parse_kernel_path(value(), &o.path);
       if (!s.ok()) usage(s.message().c_str());
     } else if (a == "--check") o.check = true;
-    else if (a == "--check-tokens") o.check_tokens = int(integer(value()));
+    else if (a == "--check-tokens") {
+      o.check_tokens = int(integer(value()));
+      if (o.check_tokens < 1) usage(("--check-tokens = " + std::to_string(o.check_tokens) + " must be >= 1").c_str());
+    }
     else if (a == "--checkpoint") o.checkpoint = value();
     else if (a == "--layer") o.layer = int(integer(value()));
     else if (a == "--tune") o.tune_out = value();

@@ -2,6 +2,7 @@
 // translation units sm90_gemm1.cu and sm90_gemm2.cu, one per GEMM, to halve the compile's critical path).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 
@@ -15,17 +16,19 @@ template <class T>
 Status launch_traits(const MoeGemmParams& p, int num_sms, cudaStream_t stream) {
   auto* kernel = moe_gemm_sm90_kernel<T>;
   // The shared-memory opt-in is a per-device attribute: set it once for each device this process
-  // launches on (one process may drive several GPUs, one thread each).
+  // launches on (one process may drive several GPUs, one thread each). Bit d of attr_set: done on
+  // device d (a later cudaDeviceReset would need it again; fp4moe never resets a device).
   static std::mutex mu;
-  static uint64_t attr_set = 0;  // bit d: done on device d
+  static std::atomic<uint64_t> attr_set{0};
   int device = 0;
   FP4MOE_CUDA_RETURN(cudaGetDevice(&device));
   if (device >= 64) return internal_error("sm90: device ordinal ", device, " >= 64");
-  {
+  const uint64_t bit = uint64_t(1) << device;
+  if (!(attr_set.load(std::memory_order_acquire) & bit)) {
     std::lock_guard<std::mutex> lock(mu);
-    if (!(attr_set >> device & 1)) {
+    if (!(attr_set.load(std::memory_order_relaxed) & bit)) {
       FP4MOE_CUDA_RETURN(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
-      attr_set |= uint64_t(1) << device;
+      attr_set.fetch_or(bit, std::memory_order_release);
     }
   }
   const layout::GemmWeightShape& g = T::kGemm1 ? p.g1 : p.g2;

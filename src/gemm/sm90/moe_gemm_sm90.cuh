@@ -109,7 +109,7 @@ struct Sm90Traits {
   // A tile's token count picks the smallest wgmma N >= it among kBN, kBN/2, ... down to kMinBucket
   // (a config changes speed, never results: the per-element k16 sequence is the same for every N).
   // Every bucket is one more inlined copy of the K loop, and ptxas serializes all wgmma of a kernel
-  // when any copy runs short of registers (C7512), so the big tiles keep few buckets.
+  // when any copy runs short of registers (C7512), so only BN128 keeps a second bucket (64).
   static constexpr int kMinBucket = kBN == 128 ? 64 : kBN;
 
   // Register reallocation (1 CTA per SM): the CTA launches with kLaunchRegs a thread (the 64K file
@@ -117,7 +117,7 @@ struct Sm90Traits {
   // scripts/ptxas-check.sh verifies). setmaxnreg.dec returns the producer's surplus to a pool of the
   // CTA, and setmaxnreg.inc blocks until that pool holds what it asks for: the consumers may take
   // only what the producer gave back, or the CTA hangs (seen on an H200 with 4 consumers at 120).
-  static constexpr bool kUseSetmaxnreg = kCtasPerSm == 1;
+  static constexpr bool kUseSetmaxnreg = kCtasPerSm == 1 && kConsumers >= 2;
   static constexpr uint32_t kLaunchRegs = (65536 / kThreads) / 8 * 8 > 255 ? 248 : (65536 / kThreads) / 8 * 8;
   static constexpr uint32_t kProducerRegs = kConsumers >= 4 ? 24 : 40;
   static constexpr uint32_t kConsumerRegsRaw = kLaunchRegs + (kLaunchRegs - kProducerRegs) / kConsumers / 8 * 8;
@@ -132,8 +132,7 @@ struct Sm90Traits {
                 "setmaxnreg: the consumers ask for more registers than the producer gives back");
   static_assert(!kUseSetmaxnreg || (kProducerRegs <= kLaunchRegs && kConsumerRegs >= kLaunchRegs),
                 "setmaxnreg split must shrink the producer and grow the consumers");
-  static_assert(!kUseSetmaxnreg || 2 * kSmemBytes > 232448,
-                "setmaxnreg needs the CTA alone on its SM (a second one could starve setmaxnreg.inc)");
+  static_assert(kBN <= kMaxTileTokens, "the workspace's rows_cap slack must cover a full-tile activation copy");
 };
 
 // The four bf16x2 A registers of one k16 step from its 32-bit code word (layout in weight_layout.h)
@@ -224,8 +223,12 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
     prev_stage = ps.stage;
     ps.advance(T::kStages);
   }
-  cute::warpgroup_wait<0>();  // unconditional: see the note in the kernel (C7517)
+  // Unconditional (also for inactive warpgroups, which issued nothing): a wait under a branch made
+  // ptxas insert its own waits (C7517). The fences keep the epilogue's accumulator reads after it.
+  cute::warpgroup_wait<0>();
   fence_fragments();
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
   if (prev_stage >= 0) release_stage(&x.empty[prev_stage], x.lane);
   if (!active) return;
 
