@@ -1077,7 +1077,7 @@ WeightArrays read_full_weights(const MoeProblem& p, nb::dict weights) {
 }
 
 // The root cause among the ranks' statuses: a rank's own error rather than the aborts it caused in its
-// peers (kNcclError), prefixed with the rank.
+// peers (kNcclError), prefixed with the rank where the message does not start with it.
 Status first_failure(const std::vector<Status>& st) {
   int pick = -1;
   for (size_t r = 0; r < st.size(); ++r)
@@ -1085,7 +1085,9 @@ Status first_failure(const std::vector<Status>& st) {
                                      st[r].code() != StatusCode::kNcclError)))
       pick = int(r);
   if (pick < 0) return Status::Ok();
-  return Status(st[pick].code(), detail::concat("rank ", pick, ": ", st[pick].message()));
+  const std::string& m = st[pick].message();
+  if (m.rfind("rank ", 0) == 0) return st[pick];  // the communicator's messages name the rank already
+  return Status(st[pick].code(), detail::concat("rank ", pick, ": ", m));
 }
 
 template <typename A>

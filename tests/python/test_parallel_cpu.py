@@ -1,0 +1,407 @@
+"""The parallel MoE layer from Python on CPU (runs in CI, NumPy only): fp4moe.parallel.run_local runs
+every valid (dp, tp, ep) on 2 and 4 in-process ranks with every applicable strategy, and each rank's
+output is checked against the single-rank CPU layer fp4moe.MoE(device='cpu') on that rank's tokens;
+plus the config/strategy/launcher bindings and their errors, and the argument checks of the GPU class
+ParallelMoE that run without a GPU (its NCCL forward needs one GPU per process and is not run here).
+
+Tolerance: as tests/test_parallel.cpp, normalized L2 error <= 1e-5. The reference rounds the fp64 sum
+over a token's experts to fp32 once; the parallel layer rounds each rank's partial sum to fp32 and
+adds them in fp32, so the outputs differ by a few fp32 ulps. With top-1 routing and EP exactly one
+rank contributes to each token, so those outputs must be bit-identical.
+"""
+
+import numpy as np
+import pytest
+
+import fp4moe
+
+TOLERANCE = 1e-5
+SEED = 1234
+
+# Scaled-down presets (small H and I so the fp64 reference runs in a fraction of a second per config).
+CASES = [
+    ("deepseek-r1", 14, "w4a16"),  # H 512, I 256, E 256, top-8, grouped sigmoid with correction bias
+    ("qwen3-30b-a3b", 3, "w4a4"),  # H 768, I 256, E 128, top-8
+    ("gpt-oss-20b", 12, "w4a16"),  # MXFP4, biases, E 32, top-4
+    ("llama4-scout", 32, "w4a16"),  # top-1, router weight on the input
+]
+
+
+def make_problem(name, factor, mode):
+    p = fp4moe.preset(name).scaled(factor)
+    p.mode = mode
+    p.max_tokens = 8
+    p.validate()
+    return p
+
+
+def rel_l2(got, want):
+    return float(np.linalg.norm(got.astype(np.float64) - want) / max(np.linalg.norm(want.astype(np.float64)), 1e-30))
+
+
+# Tokens per DP group: awkward sizes, with empty groups (a rank with 0 tokens still takes part).
+def tokens_of_group(dp_rank, dp):
+    return 6 if dp == 1 else (5, 0, 3, 1)[dp_rank % 4]
+
+
+class Case:
+    """A problem, its single-rank CPU layer, and the inputs and reference outputs of each DP group."""
+
+    def __init__(self, name, factor, mode):
+        self.problem = make_problem(name, factor, mode)
+        self.moe = fp4moe.MoE.dummy(self.problem, SEED, device="cpu")
+        self.routing_bias = fp4moe.random_weights(self.problem, SEED).get("routing_bias")
+        self._groups = {}
+
+    def groups(self, dp, world):
+        key = (dp, world)
+        if key not in self._groups:
+            groups = []
+            for d in range(dp):
+                rng = np.random.default_rng(world * 100 + d)
+                T = tokens_of_group(d, dp)
+                x = rng.standard_normal((T, self.problem.hidden_size)).astype(np.float32)
+                logits = rng.standard_normal((T, self.problem.num_experts)).astype(np.float32)
+                ids, weights = fp4moe.route(logits, self.problem, correction_bias=self.routing_bias)
+                groups.append(
+                    {"x": x, "logits": logits, "ids": ids, "weights": weights, "ref": self.moe(x, logits)}
+                )
+            self._groups[key] = groups
+        return self._groups[key]
+
+
+_cases = {}
+
+
+def get_case(name, factor, mode):
+    key = (name, factor, mode)
+    if key not in _cases:
+        _cases[key] = Case(name, factor, mode)
+    return _cases[key]
+
+
+def run(case, config, strategy, groups, from_logits, weights=SEED):
+    kwargs = {"hidden_states": [g["x"] for g in groups]}
+    if from_logits:
+        kwargs["router_logits"] = [g["logits"] for g in groups]
+    else:
+        kwargs["topk_ids"] = [g["ids"] for g in groups]
+        kwargs["topk_weights"] = [g["weights"] for g in groups]
+    return fp4moe.parallel.run_local(case.problem, config, strategy, weights, timeout=30.0, **kwargs)
+
+
+@pytest.mark.parametrize("name,factor,mode", CASES, ids=[f"{c[0]}-{c[2]}" for c in CASES])
+@pytest.mark.parametrize("world", [2, 4])
+def test_every_config_and_strategy_matches_the_single_rank_moe(name, factor, mode, world):
+    case = get_case(name, factor, mode)
+    p = case.problem
+    configs = fp4moe.valid_parallel_configs(p, world)
+    assert configs, f"no valid config for {world} ranks"
+    num_runs = 0
+    for config in configs:
+        groups = case.groups(config.dp, world)
+        strategies = fp4moe.applicable_strategies(config)
+        assert strategies
+        for strategy in strategies:
+            what = f"{p.name} {config} {strategy}"
+            outs = run(case, config, strategy, groups, from_logits=num_runs % 2 == 0)  # both routing inputs
+            num_runs += 1
+            assert len(outs) == world, what
+            for r, out in enumerate(outs):
+                g = groups[fp4moe.rank_layout(config, r)["dp_rank"]]
+                assert out.dtype == np.float32 and out.shape == g["ref"].shape, what
+                assert np.all(np.isfinite(out)), f"{what}: rank {r}"
+                if out.shape[0] == 0:
+                    continue
+                assert np.linalg.norm(out) > 0, f"{what}: rank {r}"
+                err = rel_l2(out, g["ref"])
+                assert err <= TOLERANCE, f"{what}: rank {r}: normalized L2 error {err:.3g}"
+                if p.top_k == 1 and config.ep > 1:
+                    np.testing.assert_array_equal(out, g["ref"], err_msg=f"{what}: rank {r} (top-1, EP)")
+    assert num_runs >= (5 if world == 2 else 8)
+
+
+def test_expected_configs_and_strategies():
+    p = get_case(*CASES[1]).problem
+    names = [c.name for c in fp4moe.valid_parallel_configs(p, 2)]
+    assert names == ["dp1tp2ep1", "dp1tp2ep2", "dp2tp1ep1", "dp2tp1ep2"]
+    assert len(fp4moe.valid_parallel_configs(p, 4)) == 6
+    assert len(fp4moe.valid_parallel_configs(p, 8)) == 8
+    assert fp4moe.applicable_strategies((1, 1, 1)) == ["none"]
+    assert fp4moe.applicable_strategies(fp4moe.ParallelConfig(1, 4, 4)) == ["tp-allreduce"]
+    assert fp4moe.applicable_strategies({"dp": 4, "tp": 1, "ep": 1}) == ["allgather-reducescatter"]
+    assert fp4moe.applicable_strategies((2, 2, 4)) == ["allgather-reducescatter", "alltoall"]
+    assert fp4moe.parallel.STRATEGIES == ("none", "tp-allreduce", "allgather-reducescatter", "alltoall")
+
+
+def test_parallel_config_is_dict_like():
+    c = fp4moe.ParallelConfig(dp=2, tp=4, ep=8)
+    assert (c.dp, c.tp, c.ep, c.world_size, c.name) == (2, 4, 8, 8, "dp2tp4ep8")
+    assert c.to_dict() == {"dp": 2, "tp": 4, "ep": 8}
+    assert c["tp"] == 4 and list(c.keys()) == ["dp", "tp", "ep"]
+    assert c == fp4moe.ParallelConfig(2, 4, 8) and c != fp4moe.ParallelConfig(2, 4, 1)
+    assert repr(c) == "ParallelConfig(dp=2, tp=4, ep=8)"
+    assert fp4moe.ParallelConfig() == fp4moe.ParallelConfig(1, 1, 1)
+    with pytest.raises(KeyError, match="no field 'pp'"):
+        c["pp"]
+
+
+def test_rank_layout():
+    # World rank 5 of dp 2 x tp 4: DP group 1, TP rank 1 (as tests/test_parallel.cpp).
+    l = fp4moe.rank_layout((2, 4, 1), 5)
+    assert (l["dp_rank"], l["tp_rank"], l["moe_tp_rank"], l["moe_tp_size"], l["moe_ep_size"]) == (1, 1, 5, 8, 1)
+    l = fp4moe.rank_layout(fp4moe.ParallelConfig(2, 4, 8), 5)
+    assert (l["moe_ep_rank"], l["moe_ep_size"], l["moe_tp_size"]) == (5, 8, 1)
+
+
+def test_launch_info():
+    info = fp4moe.launch_info(
+        {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "node0",
+         "MASTER_PORT": 29500}
+    )
+    assert info == {
+        "launcher": "torchrun", "rank": 3, "world_size": 8, "local_rank": 1, "local_world_size": 2,
+        "master_addr": "node0", "master_port": 29500, "nccl_comm_id": "",
+    }
+    info = fp4moe.launch_info(
+        {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+         "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "MASTER_PORT": "1234"}
+    )
+    assert (info["launcher"], info["rank"], info["master_addr"]) == ("mpirun", 1, "127.0.0.1")
+    info = fp4moe.launch_info(
+        {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "SLURM_TASKS_PER_NODE": "4(x2)",
+         "SLURM_NODEID": "1", "SLURM_JOB_NODELIST": "gpu[07-08,11],cpu1", "SLURM_JOB_ID": "123456"}
+    )
+    assert (info["launcher"], info["rank"], info["local_world_size"], info["master_addr"]) == ("slurm", 5, 4, "gpu07")
+    assert info["master_port"] == 20000 + 123456 % 20000
+    assert fp4moe.launch_info({})["launcher"] == "none"
+
+
+def test_launch_info_reads_the_process_environment(monkeypatch):
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29400")
+    info = fp4moe.launch_info()
+    assert (info["launcher"], info["rank"], info["world_size"], info["master_port"]) == ("torchrun", 1, 2, 29400)
+
+
+def test_per_rank_inputs_and_weights_dict_agree_with_per_group_and_seed():
+    case = get_case(*CASES[2])  # gpt-oss: MXFP4 weights with biases through the dict path
+    p = case.problem
+    config = fp4moe.ParallelConfig(2, 2, 4)
+    groups = case.groups(2, 4)
+    want = run(case, config, "alltoall", groups, from_logits=True)
+    per_rank = [groups[r // 2] for r in range(4)]
+    got = run(case, config, "alltoall", per_rank, from_logits=True, weights=fp4moe.random_weights(p, SEED))
+    for r in range(4):
+        np.testing.assert_array_equal(got[r], want[r])
+    # Another seed is another layer.
+    other = run(case, config, "alltoall", groups, from_logits=True, weights=SEED + 1)
+    assert rel_l2(other[0], want[0]) > 1e-2
+
+
+def test_default_strategy_is_the_first_applicable():
+    case = get_case(*CASES[1])
+    groups = case.groups(2, 2)
+    xs, ls = [g["x"] for g in groups], [g["logits"] for g in groups]
+    a = fp4moe.parallel.run_local(case.problem, (2, 1, 2), hidden_states=xs, router_logits=ls)  # seed 0
+    b = fp4moe.parallel.run_local(case.problem, (2, 1, 2), "allgather-reducescatter", 0, hidden_states=xs,
+                                  router_logits=ls)
+    for r in range(2):
+        np.testing.assert_array_equal(a[r], b[r])
+
+
+# ---- Errors ----------------------------------------------------------------------------------------
+
+
+def small():
+    return get_case(*CASES[1]).problem  # H 768, I 256, E 128, top-8
+
+
+def inputs(p, n, T=2, seed=0):
+    rng = np.random.default_rng(seed)
+    xs = [rng.standard_normal((T, p.hidden_size)).astype(np.float32) for _ in range(n)]
+    ls = [rng.standard_normal((T, p.num_experts)).astype(np.float32) for _ in range(n)]
+    return xs, ls
+
+
+@pytest.mark.parametrize(
+    "config,strategy,message",
+    [
+        ((2, 2, 2), None, "ep = 2"),
+        ((3, 1, 3), None, "num_experts = 128"),
+        ((4, 4, 1), None, "intermediate_size = 256"),
+        ((0, 1, 1), None, "dp = 0"),
+        ((2, 1, 1), "all2all", "'all2all'"),
+        ((2, 1, 1), "alltoall", "use allgather-reducescatter"),
+        ((2, 1, 2), "tp-allreduce", "dp = 2"),
+        ((1, 2, 1), "none", "none"),
+    ],
+)
+def test_invalid_configs_and_strategies_name_the_bad_value(config, strategy, message):
+    p = small()
+    xs, ls = inputs(p, 2)
+    with pytest.raises(fp4moe.InvalidArgumentError, match=message):
+        fp4moe.parallel.run_local(p, config, strategy, hidden_states=xs, router_logits=ls)
+
+
+def test_config_and_strategy_checks():
+    p = small()
+    fp4moe.ParallelConfig(2, 2, 4).validate(p)
+    fp4moe.ParallelConfig(4, 1, 1).validate(p, 4)
+    with pytest.raises(fp4moe.InvalidArgumentError, match=r"dp \* tp = 2 \* 1 = 2"):
+        fp4moe.ParallelConfig(2, 1, 1).validate(p, 4)
+    with pytest.raises(fp4moe.InvalidArgumentError, match="'all2all'"):
+        fp4moe.ParallelConfig(2, 1, 2).check_strategy("all2all")
+    with pytest.raises(fp4moe.InvalidArgumentError, match="use allgather-reducescatter"):
+        fp4moe.ParallelConfig(2, 1, 1).check_strategy("alltoall")
+    with pytest.raises(fp4moe.InvalidArgumentError, match="rank = 4 is not in"):
+        fp4moe.rank_layout((2, 2, 1), 4)
+    with pytest.raises(fp4moe.InvalidArgumentError, match="tp = 0"):
+        fp4moe.rank_layout((2, 0, 1), 0)
+    with pytest.raises(fp4moe.InvalidArgumentError, match="ep = 3 must be 1"):
+        fp4moe.rank_layout((2, 2, 3), 0)
+    with pytest.raises(fp4moe.InvalidArgumentError, match="world_size = 0"):
+        fp4moe.valid_parallel_configs(p, 0)
+    with pytest.raises(fp4moe.InvalidArgumentError, match="expected fp4moe.ParallelConfig"):
+        fp4moe.applicable_strategies("dp2")
+    with pytest.raises(fp4moe.InvalidArgumentError, match="unknown keys"):
+        fp4moe.applicable_strategies({"dp": 2, "pp": 1})
+    with pytest.raises(fp4moe.InvalidArgumentError, match="expected fp4moe.Problem"):
+        fp4moe.valid_parallel_configs({"hidden_size": 8}, 2)
+
+
+def test_launch_info_errors_name_the_variable():
+    with pytest.raises(fp4moe.InvalidArgumentError, match="SLURM_TASKS_PER_NODE = '2\\(y3\\)'"):
+        fp4moe.launch_info({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_TASKS_PER_NODE": "2(y3)"})
+    with pytest.raises(fp4moe.InvalidArgumentError, match="MASTER_ADDR"):
+        fp4moe.launch_info({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4",
+                            "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "MASTER_PORT": "1234"})
+    with pytest.raises(fp4moe.InvalidArgumentError, match="RANK"):
+        fp4moe.launch_info({"RANK": "x", "WORLD_SIZE": "2"})
+    with pytest.raises(fp4moe.InvalidArgumentError, match="expected a mapping"):
+        fp4moe.launch_info(["RANK=0"])
+
+
+def test_run_local_argument_errors():
+    p = small()
+    xs, ls = inputs(p, 2)
+    rl = fp4moe.parallel.run_local
+    cfg = (2, 1, 2)
+    with pytest.raises(fp4moe.InvalidArgumentError, match="hidden_states has 3 entries"):
+        rl(p, cfg, hidden_states=xs + xs[:1], router_logits=ls + ls[:1])
+    with pytest.raises(fp4moe.InvalidArgumentError, match="router_logits has 1 entries"):
+        rl(p, cfg, hidden_states=xs, router_logits=ls[:1])
+    with pytest.raises(fp4moe.InvalidArgumentError, match="expected a list"):
+        rl(p, cfg, hidden_states=xs[0], router_logits=ls)
+    with pytest.raises(fp4moe.InvalidArgumentError, match=r"hidden_states\[1\] is a str"):
+        rl(p, cfg, hidden_states=[xs[0], "x"], router_logits=ls)
+    with pytest.raises(fp4moe.InvalidArgumentError, match=r"router_logits\[1\] has shape \[2, 7\]"):
+        rl(p, cfg, hidden_states=xs, router_logits=[ls[0], ls[1][:, :7].copy()])
+    with pytest.raises(fp4moe.InvalidArgumentError, match=r"hidden_states\[0\] has dtype float64"):
+        rl(p, cfg, hidden_states=[xs[0].astype(np.float64), xs[1]], router_logits=ls)
+    with pytest.raises(fp4moe.InvalidArgumentError, match="not both"):
+        ids = [np.zeros((2, p.top_k), np.int32)] * 2
+        w = [np.zeros((2, p.top_k), np.float32)] * 2
+        rl(p, cfg, hidden_states=xs, router_logits=ls, topk_ids=ids, topk_weights=w)
+    with pytest.raises(fp4moe.InvalidArgumentError, match="got neither"):
+        rl(p, cfg, hidden_states=xs)
+    with pytest.raises(fp4moe.InvalidArgumentError, match="topk_ids given without topk_weights"):
+        rl(p, cfg, hidden_states=xs, topk_ids=[np.zeros((2, p.top_k), np.int32)] * 2)
+    with pytest.raises(fp4moe.InvalidArgumentError, match="timeout = 0"):
+        rl(p, cfg, hidden_states=xs, router_logits=ls, timeout=0)
+    with pytest.raises(fp4moe.InvalidArgumentError, match="expected an int seed or a dict"):
+        rl(p, cfg, None, "seed", hidden_states=xs, router_logits=ls)
+    with pytest.raises(fp4moe.InvalidArgumentError, match=r"weights\['w13'\] is missing"):
+        rl(p, cfg, None, {"w2": np.zeros(1, np.uint8)}, hidden_states=xs, router_logits=ls)
+    # Sharded weights are not the layer's: the dict must hold all experts.
+    shard = fp4moe.random_weights(p, SEED, ep_rank=0, ep_size=2)
+    with pytest.raises(fp4moe.InvalidArgumentError, match=r"weights\['w13'\] has shape \[64,"):
+        rl(p, cfg, None, shard, hidden_states=xs, router_logits=ls)
+
+
+def test_errors_raised_on_a_rank_name_it():
+    p = small()
+    xs, ls = inputs(p, 2, T=9)  # problem.max_tokens is 8
+    with pytest.raises(fp4moe.InvalidArgumentError, match=r"rank \d: num_tokens = 9 must be in \[0, max_tokens = 8\]"):
+        fp4moe.parallel.run_local(p, (2, 1, 2), "alltoall", hidden_states=xs, router_logits=ls)
+    # The two TP ranks of one DP group hold the same tokens: a different count on one is caught.
+    xs, ls = inputs(p, 2, T=3)
+    xs2, ls2 = inputs(p, 2, T=2)
+    with pytest.raises(fp4moe.InvalidArgumentError, match="rank 1 of the group passes 2"):
+        fp4moe.parallel.run_local(p, (1, 2, 1), hidden_states=[xs[0], xs2[0]], router_logits=[ls[0], ls2[0]])
+    # An expert id out of range is refused by the reference on the rank that sees it.
+    ids = [np.full((3, p.top_k), p.num_experts, np.int32)] * 2
+    w = [np.full((3, p.top_k), 0.1, np.float32)] * 2
+    with pytest.raises(fp4moe.InvalidArgumentError, match=r"rank \d: topk_ids\[0\] = 128 is outside"):
+        fp4moe.parallel.run_local(p, (1, 2, 1), hidden_states=xs, topk_ids=ids, topk_weights=w)
+
+
+# ---- ParallelMoE (GPU over NCCL): only what runs without a GPU ---------------------------------------
+
+
+def torchrun_env(monkeypatch, rank, world):
+    for k in [k for k in __import__("os").environ if k.startswith(("OMPI_COMM_WORLD_", "SLURM_"))]:
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("RANK", str(rank))
+    monkeypatch.setenv("WORLD_SIZE", str(world))
+    monkeypatch.setenv("LOCAL_RANK", str(rank))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(world))
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29555")
+
+
+def test_parallel_moe_checks_config_and_strategy_before_the_gpu(monkeypatch):
+    p = small()
+    torchrun_env(monkeypatch, 0, 2)
+    with pytest.raises(fp4moe.InvalidArgumentError, match=r"dp \* tp = 1 \* 1 = 1"):
+        fp4moe.ParallelMoE(p, (1, 1, 1))  # the launcher started 2 ranks
+    with pytest.raises(fp4moe.InvalidArgumentError, match="ep = 3"):
+        fp4moe.ParallelMoE(p, (1, 2, 3))
+    with pytest.raises(fp4moe.InvalidArgumentError, match="'all2all'"):
+        fp4moe.ParallelMoE(p, (2, 1, 2), "all2all")
+    with pytest.raises(fp4moe.InvalidArgumentError, match="use allgather-reducescatter"):
+        fp4moe.ParallelMoE(p, (2, 1, 1), "alltoall")
+    with pytest.raises(fp4moe.InvalidArgumentError, match="timeout = -1"):
+        fp4moe.ParallelMoE(p, (2, 1, 2), timeout=-1)
+    with pytest.raises(fp4moe.InvalidArgumentError, match=r"weights\['w13'\] is missing"):
+        fp4moe.ParallelMoE(p, (2, 1, 2), weights={})
+    with pytest.raises(fp4moe.InvalidArgumentError, match="expected fp4moe.Problem"):
+        fp4moe.ParallelMoE("qwen3", (2, 1, 2))
+    monkeypatch.setenv("RANK", "x")
+    with pytest.raises(fp4moe.InvalidArgumentError, match="RANK"):
+        fp4moe.ParallelMoE(p, (2, 1, 2))
+
+
+@pytest.mark.skipif(fp4moe.cuda_device_count() > 0, reason="a CUDA device is visible: this checks the error without one")
+def test_parallel_moe_without_a_gpu(monkeypatch):
+    torchrun_env(monkeypatch, 0, 2)
+    with pytest.raises(fp4moe.UnsupportedError) as e:
+        fp4moe.ParallelMoE(small(), (2, 1, 2), "alltoall")
+    if fp4moe.has_nccl:
+        assert "no CUDA device is visible" in str(e.value)
+    assert "run_local" in str(e.value)
+
+
+def test_parallel_moe_forward_argument_checks():
+    # The checks ParallelMoE.forward runs before any collective, on a layer that would live on cuda:0.
+    p = small()
+    check = fp4moe._ext.check_parallel_forward_args
+    x = np.zeros((2, p.hidden_size), np.float32)
+    logits = np.zeros((2, p.num_experts), np.float32)
+    ids = np.zeros((2, p.top_k), np.int32)
+    w = np.zeros((2, p.top_k), np.float32)
+    out = np.zeros((2, p.hidden_size), np.float32)
+    with pytest.raises(fp4moe.InvalidArgumentError, match="not both"):
+        check(p, 0, x, logits, ids, w, out)
+    with pytest.raises(fp4moe.InvalidArgumentError, match="got neither"):
+        check(p, 0, x, None, None, None, out)
+    with pytest.raises(fp4moe.InvalidArgumentError, match="topk_weights given without topk_ids"):
+        check(p, 0, x, None, None, w, out)
+    with pytest.raises(fp4moe.InvalidArgumentError, match=r"hidden_states has shape \[768\]"):
+        check(p, 0, x[0], logits, None, None, out)
+    with pytest.raises(fp4moe.InvalidArgumentError, match="hidden_states is on cpu but this ParallelMoE lives on cuda:0"):
+        check(p, 0, x, logits, None, None, out)
