@@ -60,7 +60,8 @@ def _config(config) -> ParallelConfig:
 def _problem(problem) -> Problem:
     if not isinstance(problem, Problem):
         raise InvalidArgumentError(
-            f"problem is a {type(problem).__name__}; expected fp4moe.Problem (fp4moe.preset(name) or fp4moe.Problem(**fields))"
+            f"problem is a {type(problem).__name__}; expected fp4moe.Problem "
+            "(fp4moe.preset(name) or fp4moe.Problem(**fields))"
         )
     return problem
 

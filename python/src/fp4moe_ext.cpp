@@ -1144,6 +1144,9 @@ void parallel_run_local(const MoeProblem& problem, const ParallelConfig& config,
     const float* weights = nullptr;
   };
   std::vector<Input> inputs(num_inputs);
+  // The checked array handles, held for the whole call (the pointers above point into them).
+  std::vector<InArray> held;
+  std::vector<OutArray> held_out;
   auto host_only = [](const std::string& label, const Place& p) {
     if (p.cuda)
       fail_invalid(label, " is on ", p.str(), "; run_local runs the CPU reference: pass host arrays");
@@ -1151,7 +1154,7 @@ void parallel_run_local(const MoeProblem& problem, const ParallelConfig& config,
   int64_t most_tokens = 0;
   for (size_t i = 0; i < num_inputs; ++i) {
     const std::string hn = detail::concat("hidden_states[", i, "]");
-    const InArray h = list_item<InArray>("hidden_states", i, hidden[i]);
+    const InArray h = held.emplace_back(list_item<InArray>("hidden_states", i, hidden[i]));
     if (h.ndim() != 2)
       fail_invalid(hn, " has shape ", shape_str(h), "; expected [num_tokens, hidden_size = ", H, "]");
     const int64_t T = int64_t(h.shape(0));
@@ -1168,14 +1171,14 @@ void parallel_run_local(const MoeProblem& problem, const ParallelConfig& config,
     }
     if (logits) {
       const std::string ln = detail::concat("router_logits[", i, "]");
-      const InArray l = list_item<InArray>("router_logits", i, (*logits)[i]);
+      const InArray l = held.emplace_back(list_item<InArray>("router_logits", i, (*logits)[i]));
       host_only(ln, check_array(ln.c_str(), l, {kF32, kBF16}, {{"num_tokens", T}, {"num_experts", E}}));
       in.logits = l.data();
       in.logits_type = l.dtype() == kBF16 ? LogitsType::kBF16 : LogitsType::kF32;
     } else {
       const std::string idn = detail::concat("topk_ids[", i, "]"), wn = detail::concat("topk_weights[", i, "]");
-      const InArray ids = list_item<InArray>("topk_ids", i, (*topk_ids)[i]);
-      const InArray w = list_item<InArray>("topk_weights", i, (*topk_weights)[i]);
+      const InArray ids = held.emplace_back(list_item<InArray>("topk_ids", i, (*topk_ids)[i]));
+      const InArray w = held.emplace_back(list_item<InArray>("topk_weights", i, (*topk_weights)[i]));
       host_only(idn, check_array(idn.c_str(), ids, {kI32}, {{"num_tokens", T}, {"top_k", K}}));
       host_only(wn, check_array(wn.c_str(), w, {kF32}, {{"num_tokens", T}, {"top_k", K}}));
       in.ids = static_cast<const int32_t*>(ids.data());
@@ -1186,7 +1189,7 @@ void parallel_run_local(const MoeProblem& problem, const ParallelConfig& config,
   for (int r = 0; r < n; ++r) {
     const Input& in = inputs[per_rank ? size_t(r) : size_t(rank_layout(config, r).dp_rank)];
     const std::string on = detail::concat("out[", r, "]");
-    const OutArray o = list_item<OutArray>("out", size_t(r), outs[r]);
+    const OutArray o = held_out.emplace_back(list_item<OutArray>("out", size_t(r), outs[r]));
     host_only(on, check_array(on.c_str(), o, {kF32}, {{"num_tokens", in.num_tokens}, {"hidden_size", H}}));
     out_ptrs[r] = static_cast<float*>(o.data());
   }

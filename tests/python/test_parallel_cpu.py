@@ -376,7 +376,9 @@ def test_parallel_moe_checks_config_and_strategy_before_the_gpu(monkeypatch):
         fp4moe.ParallelMoE(p, (2, 1, 2))
 
 
-@pytest.mark.skipif(fp4moe.cuda_device_count() > 0, reason="a CUDA device is visible: this checks the error without one")
+@pytest.mark.skipif(
+    fp4moe.cuda_device_count() > 0, reason="a CUDA device is visible: this checks the error without one"
+)
 def test_parallel_moe_without_a_gpu(monkeypatch):
     torchrun_env(monkeypatch, 0, 2)
     with pytest.raises(fp4moe.UnsupportedError) as e:
@@ -403,5 +405,6 @@ def test_parallel_moe_forward_argument_checks():
         check(p, 0, x, None, None, w, out)
     with pytest.raises(fp4moe.InvalidArgumentError, match=r"hidden_states has shape \[768\]"):
         check(p, 0, x[0], logits, None, None, out)
-    with pytest.raises(fp4moe.InvalidArgumentError, match="hidden_states is on cpu but this ParallelMoE lives on cuda:0"):
+    on_cpu = "hidden_states is on cpu but this ParallelMoE lives on cuda:0"
+    with pytest.raises(fp4moe.InvalidArgumentError, match=on_cpu):
         check(p, 0, x, logits, None, None, out)
