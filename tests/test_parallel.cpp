@@ -261,7 +261,10 @@ TEST(Bootstrap, MismatchedWorldSizeAndMissingRank) {
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(3));
   EXPECT_EQ(s0.code(), StatusCode::kTimeout);
   EXPECT_TRUE(contains(s0.message(), "waiting for rank(s) 2")) << s0.message();
-  EXPECT_EQ(s1.code(), StatusCode::kTimeout) << s1.to_string();
+  // Rank 1 fails too, inside the deadline: by its own timeout, or (when rank 0 gives up first and
+  // closes the connection) by seeing the peer go away. Both are correct; which comes first is a race.
+  EXPECT_TRUE(s1.code() == StatusCode::kTimeout || s1.code() == StatusCode::kIoError) << s1.to_string();
+  EXPECT_FALSE(s1.ok());
 }
 
 // ---- LocalCommunicator -----------------------------------------------------------------------------
