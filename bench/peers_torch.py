@@ -115,7 +115,7 @@ def main():
                 row[name.replace("_ms", "_error")] = f"{type(exc).__name__}: {str(exc)[:300]}"
         rows.append(row)
         print(json.dumps(row), flush=True)
-    result = {"tool": "bench/peers_torch.py", "date": datetime.datetime.utcnow().isoformat() + "Z",
+    result = {"tool": "bench/peers_torch.py", "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
               "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "preset": args.preset,
               "routing": "random", "rows": rows}
     if args.json:

@@ -14,7 +14,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
+#include <system_error>
 
 #include "fp4moe/moe.h"
 #include "tests/data/checkpoint_writer.h"
@@ -63,6 +65,13 @@ int main(int argc, char** argv) {
   }
   if (out.empty() || model_name.empty()) usage("--out and --model are required");
   if (layers < 1 || shards < 1 || scale < 1) usage("--layers, --shards and --scale must be >= 1");
+  std::error_code ec;
+  std::filesystem::create_directories(out, ec);  // the directory may exist already
+  if (ec) {
+    std::fprintf(stderr, "fp4moe-make-checkpoint: cannot create --out directory '%s': %s\n", out.c_str(),
+                 ec.message().c_str());
+    return 1;
+  }
 
   CheckpointSpec spec;
   MoeProblem& p = spec.problem;
