@@ -417,7 +417,8 @@ GroupData make_group(const MoeProblem& p, const HostMoeWeights& w, int64_t T, ui
 // (or takes the group's precomputed routing). Outputs start as NaN so an unwritten element fails.
 std::vector<std::vector<float>> run_parallel(const MoeProblem& p, const HostMoeWeights& w, const ParallelConfig& c,
                                              Strategy strategy, const std::vector<GroupData>& groups, bool from_logits,
-                                             std::vector<Status>* statuses) {
+                                             std::vector<Status>* statuses, int64_t padded_tokens = -1,
+                                             bool check_token_counts = true) {
   const int n = c.world_size();
   std::vector<std::vector<float>> outs(n);
   auto world = LocalWorld::create(n, with_timeout(30000));
@@ -428,7 +429,9 @@ std::vector<std::vector<float>> run_parallel(const MoeProblem& p, const HostMoeW
     ro.num_threads = 1;  // the ranks are the threads
     FP4MOE_RETURN_IF_ERROR(make_cpu_reference_backend(p, w, l, ro, &backend));
     std::unique_ptr<ParallelMoe> layer;
-    FP4MOE_RETURN_IF_ERROR(ParallelMoe::create(p, c, strategy, &comm, std::move(backend), {}, &layer));
+    ParallelMoeOptions options;
+    options.check_token_counts = check_token_counts;
+    FP4MOE_RETURN_IF_ERROR(ParallelMoe::create(p, c, strategy, &comm, std::move(backend), options, &layer));
     const GroupData& g = groups[l.dp_rank];
     outs[rank].assign(size_t(g.num_tokens * p.hidden_size), std::numeric_limits<float>::quiet_NaN());
     ParallelMoe::Args a;
@@ -441,7 +444,9 @@ std::vector<std::vector<float>> run_parallel(const MoeProblem& p, const HostMoeW
     }
     a.num_tokens = g.num_tokens;
     a.out = outs[rank].data();
-    return layer->forward(a);
+    a.padded_tokens = padded_tokens;
+    FP4MOE_RETURN_IF_ERROR(layer->forward(a));
+    return layer->synchronize();
   });
   return outs;
 }
@@ -553,6 +558,94 @@ INSTANTIATE_TEST_SUITE_P(Presets, ParallelMoeAllConfigs,
                              if (ch == '-') ch = '_';
                            return name + "_" + to_string(info.param.mode);
                          });
+
+// CUDA-graph mode (Args::padded_tokens): fixed exchange sizes, filler rows, no host waits. Every row is
+// computed on its own, so the outputs must equal the unpadded forward's bit for bit, for every config
+// and strategy that has the mode, padding to the group's largest count and to max_tokens.
+TEST(ParallelMoe, GraphModeWithPaddedTokensEqualsTheUnpaddedForward) {
+  MoeProblem full_preset;
+  ASSERT_OK(get_preset("deepseek-r1", &full_preset));
+  MoeProblem p = scaled_preset(full_preset, 14);
+  p.max_tokens = 8;
+  const HostMoeWeights w = make_random_weights(p, 77);
+  int num_runs = 0;
+  for (int world : {2, 4}) {
+    for (const ParallelConfig& c : valid_configs(p, world)) {
+      std::vector<GroupData> groups;
+      int64_t largest = 0;
+      for (int d = 0; d < c.dp; ++d) {
+        groups.push_back(make_group(p, w, tokens_of_group(d, c.dp), 900 + world * 10 + d));
+        largest = std::max(largest, groups.back().num_tokens);
+      }
+      for (Strategy s : applicable_strategies(c)) {
+        if (s == Strategy::kAllToAll) continue;
+        std::vector<Status> st;
+        const auto base = run_parallel(p, w, c, s, groups, true, &st);
+        for (int r = 0; r < world; ++r) ASSERT_TRUE(st[r].ok()) << st[r].to_string();
+        for (int64_t padded : {largest, p.max_tokens}) {
+          for (bool check : {true, false}) {
+            SCOPED_TRACE(::testing::Message() << "dp=" << c.dp << " tp=" << c.tp << " ep=" << c.ep << " "
+                                              << to_string(s) << " padded_tokens=" << padded << " check=" << check);
+            const auto outs = run_parallel(p, w, c, s, groups, true, &st, padded, check);
+            ++num_runs;
+            for (int r = 0; r < world; ++r) {
+              ASSERT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].to_string();
+              ASSERT_EQ(outs[r].size(), base[r].size());
+              for (size_t i = 0; i < outs[r].size(); ++i)
+                ASSERT_EQ(outs[r][i], base[r][i]) << "rank " << r << " element " << i;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GE(num_runs, 12);
+}
+
+TEST(ParallelMoe, GraphModeRejectsBadPaddingAndAllToAll) {
+  MoeProblem p = small_problem();
+  p.max_tokens = 8;
+  const HostMoeWeights w = make_random_weights(p, 5);
+  std::vector<GroupData> groups{make_group(p, w, 5, 1), make_group(p, w, 3, 2)};
+  const ParallelConfig dp2ep2{2, 1, 2};
+  std::vector<Status> st;
+  // Fewer rows than tokens, more than max_tokens: every rank says so (the world is aborted).
+  for (int64_t bad : {int64_t(4), int64_t(9)}) {
+    run_parallel(p, w, dp2ep2, Strategy::kAllGatherReduceScatter, groups, true, &st, bad);
+    EXPECT_FALSE(st[0].ok());
+    EXPECT_TRUE(contains(st[0].message(), "padded_tokens = " + std::to_string(bad))) << st[0].message();
+  }
+  run_parallel(p, w, dp2ep2, Strategy::kAllToAll, groups, true, &st, 8);
+  EXPECT_TRUE(contains(st[0].message(), "alltoall has no CUDA-graph mode")) << st[0].message();
+  EXPECT_TRUE(contains(st[1].message(), "alltoall has no CUDA-graph mode")) << st[1].message();
+}
+
+// Ranks of one DP-group exchange disagreeing on padded_tokens: caught when token counts are checked.
+TEST(ParallelMoe, GraphModeMismatchedPaddingIsDetectedWhenChecked) {
+  MoeProblem p = small_problem();
+  p.max_tokens = 8;
+  const HostMoeWeights w = make_random_weights(p, 6);
+  const ParallelConfig dp2ep2{2, 1, 2};
+  auto world = LocalWorld::create(2, with_timeout(10000));
+  auto st = run_local_ranks(world, [&](int rank, Communicator& comm) -> Status {
+    std::unique_ptr<ExpertBackend> backend;
+    FP4MOE_RETURN_IF_ERROR(make_cpu_reference_backend(p, w, rank_layout(dp2ep2, rank), {}, &backend));
+    std::unique_ptr<ParallelMoe> layer;
+    FP4MOE_RETURN_IF_ERROR(
+        ParallelMoe::create(p, dp2ep2, Strategy::kAllGatherReduceScatter, &comm, std::move(backend), {}, &layer));
+    const GroupData g = make_group(p, w, 2, 10 + rank);
+    std::vector<float> out(size_t(2 * p.hidden_size));
+    ParallelMoe::Args a;
+    a.hidden = g.hidden.data();
+    a.router_logits = g.logits.data();
+    a.num_tokens = 2;
+    a.out = out.data();
+    a.padded_tokens = rank == 0 ? 4 : 6;
+    return layer->forward(a);
+  });
+  EXPECT_TRUE(contains(st[0].message(), "padded_tokens = 4 but rank 1 of the group passes 6")) << st[0].message();
+  EXPECT_FALSE(st[1].ok());
+}
 
 // Every token routed to the experts of the last rank: with alltoall all the other ranks receive nothing
 // and send everything to one peer; with allgather-reducescatter they contribute exact zeros.

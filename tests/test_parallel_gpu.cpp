@@ -223,6 +223,84 @@ INSTANTIATE_TEST_SUITE_P(Presets, ParallelGpu, ::testing::Values("deepseek-r1", 
 
 // Rank 1 aborts its communicator after set-up (as a crashing process would leave it); rank 0's step
 // must fail with kTimeout naming its rank, group and operation within the deadline, not hang.
+// CUDA-graph mode: the forward with padded_tokens is captured on each rank's stream (NCCL collectives
+// included, communicators that only enqueue), replayed twice, and must give the eager, unpadded
+// forward's output bit for bit (every row is computed independently).
+TEST(ParallelGpu, GraphModeCapturedAndReplayedMatchesTheEagerForward) {
+  FP4MOE_REQUIRE_TWO_GPUS();
+  MoeProblem full;
+  ASSERT_OK(get_preset("deepseek-r1", &full));
+  MoeProblem p = scaled_preset(full, 16);
+  p.max_tokens = 48;
+  const uint64_t seed = testing::test_seed() + 21;
+  auto rng = make_rng(seed);
+  const int64_t tokens[2] = {33, 17};  // per DP group (tp-allreduce uses the first)
+  std::vector<std::vector<uint16_t>> hidden(2);
+  std::vector<std::vector<float>> logits(2);
+  for (int g = 0; g < 2; ++g) {
+    hidden[g] = testing::random_hidden(rng, tokens[g], p.hidden_size);
+    logits[g] = testing::random_logits(rng, tokens[g], p.num_experts());
+  }
+  CommOptions options = with_timeout(60000);
+  options.wait_each_op = false;  // only enqueue: capturable
+  const std::pair<ParallelConfig, Strategy> cases[] = {{{2, 1, 2}, Strategy::kAllGatherReduceScatter},
+                                                       {{1, 2, 2}, Strategy::kTpAllReduce}};
+  for (const auto& [c, strategy] : cases) {
+    SCOPED_TRACE(::testing::Message() << "dp=" << c.dp << " tp=" << c.tp << " ep=" << c.ep << " " << to_string(strategy));
+    std::vector<std::vector<uint16_t>> eager(2), replayed(2);
+    auto st = on_two_gpus(options, [&](int rank, NcclCommunicator& world, cudaStream_t stream) -> Status {
+      const RankLayout l = rank_layout(c, rank);
+      std::unique_ptr<ExpertBackend> backend;
+      FP4MOE_RETURN_IF_ERROR(make_gpu_backend(p, c, strategy, l, nullptr, seed, stream, &backend));
+      ParallelMoeOptions po;
+      po.check_token_counts = false;  // no host round trip inside a capture
+      std::unique_ptr<ParallelMoe> layer;
+      FP4MOE_RETURN_IF_ERROR(ParallelMoe::create(p, c, strategy, &world, std::move(backend), po, &layer));
+      const int g = c.dp == 1 ? 0 : l.dp_rank;
+      const int64_t T = tokens[g];
+      DeviceBuffer<uint16_t> h(hidden[g]);
+      DeviceBuffer<float> lg(logits[g]);
+      DeviceBuffer<uint16_t> out_eager(size_t(T * p.hidden_size)), out_graph(size_t(T * p.hidden_size));
+      ParallelMoe::Args a;
+      a.hidden = h.get();
+      a.router_logits = lg.get();
+      a.num_tokens = T;
+      a.out = out_eager.get();
+      FP4MOE_RETURN_IF_ERROR(layer->forward(a));
+      FP4MOE_RETURN_IF_ERROR(layer->synchronize());
+      a.out = out_graph.get();
+      a.padded_tokens = 40;  // the same on both ranks, >= every rank's count
+      cudaGraph_t graph = nullptr;
+      // Thread-local capture: the other rank is a thread of this process making its own CUDA calls.
+      if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
+        return Status(StatusCode::kCudaError, "cudaStreamBeginCapture");
+      Status fs = layer->forward(a);
+      const cudaError_t ce = cudaStreamEndCapture(stream, &graph);
+      FP4MOE_RETURN_IF_ERROR(fs);
+      if (ce != cudaSuccess) return Status(StatusCode::kCudaError, detail::concat("capture: ", cudaGetErrorString(ce)));
+      cudaGraphExec_t exec = nullptr;
+      if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess)
+        return Status(StatusCode::kCudaError, "cudaGraphInstantiate");
+      Status rs = Status::Ok();
+      for (int replay = 0; replay < 2 && rs.ok(); ++replay) {
+        if (cudaGraphLaunch(exec, stream) != cudaSuccess) rs = Status(StatusCode::kCudaError, "cudaGraphLaunch");
+        if (rs.ok()) rs = layer->synchronize();
+      }
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+      FP4MOE_RETURN_IF_ERROR(rs);
+      eager[rank] = out_eager.download();
+      replayed[rank] = out_graph.download();
+      return Status::Ok();
+    });
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].to_string();
+      EXPECT_GT(testing::l2_norm(testing::bf16_to_floats(eager[r])), 0.0) << "rank " << r;
+      EXPECT_EQ(replayed[r], eager[r]) << "rank " << r << ": graph replay differs from the eager forward";
+    }
+  }
+}
+
 TEST(ParallelGpu, RankDyingMidStepFailsThePeerWithinTheDeadline) {
   FP4MOE_REQUIRE_TWO_GPUS();
   MoeProblem full;

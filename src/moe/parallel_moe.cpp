@@ -299,17 +299,22 @@ struct ParallelMoe::Impl {
   Buffer partial;      // the experts' partial outputs
   Buffer returned;     // alltoall: partial outputs back from each destination
   Buffer slice_out;    // alltoall with tp > 1: this rank's slice of the output
+  Buffer filler;       // graph mode: max_tokens filler records (zero hidden, spread ids, zero weights)
+  Buffer padded_out;   // graph mode: this rank's padded_tokens rows of the reduce-scatter
 
   std::vector<int32_t> host_ids;  // alltoall planning
   std::vector<int32_t> send_index;
 
   Status exchange_counts(comm::Communicator& c, int64_t mine, std::vector<int64_t>* all);
   Status check_replicated_count(int64_t num_tokens);
+  Status check_same_padding(int64_t padded_tokens);
   Status pack(const uint16_t* hidden, const int32_t* ids, const float* weights, int64_t n, void* dst);
   Status unpack(const void* src, int64_t n);
   Status forward(const Args& a, StepTimes* times);
   Status forward_alltoall(const uint16_t* hidden, const int32_t* ids, const float* weights, int64_t T, void* out,
                           StepTimes* times);
+  Status forward_padded(const uint16_t* hidden, const int32_t* ids, const float* weights, int64_t T, int64_t P,
+                        void* out, StepTimes* times);
 };
 
 Status ParallelMoe::Impl::exchange_counts(comm::Communicator& c, int64_t mine, std::vector<int64_t>* all) {
@@ -331,6 +336,17 @@ Status ParallelMoe::Impl::check_replicated_count(int64_t T) {
     if (counts[r] != T)
       return invalid_argument(describe(*c), ": num_tokens = ", T, " but rank ", r, " of the group passes ", counts[r],
                               " (these ranks must hold the same tokens)");
+  return Status::Ok();
+}
+
+Status ParallelMoe::Impl::check_same_padding(int64_t P) {
+  if (!options.check_token_counts || !dp_comm || dp_comm->size() == 1) return Status::Ok();
+  std::vector<int64_t> all;
+  FP4MOE_RETURN_IF_ERROR(exchange_counts(*dp_comm, P, &all));
+  for (int r = 0; r < dp_comm->size(); ++r)
+    if (all[r] != P)
+      return invalid_argument(describe(*dp_comm), ": padded_tokens = ", P, " but rank ", r, " of the group passes ",
+                              all[r], " (graph mode exchanges the same number of rows from every rank)");
   return Status::Ok();
 }
 
@@ -404,6 +420,19 @@ Status ParallelMoe::create(const MoeProblem& problem, const ParallelConfig& conf
     FP4MOE_RETURN_IF_ERROR(m.weights.allocate(b, expert_tokens * m.ids_bytes));
     FP4MOE_RETURN_IF_ERROR(m.partial.allocate(b, expert_tokens * m.out_row_bytes));
   }
+  if (strategy == Strategy::kAllGatherReduceScatter && T > 0) {
+    // Filler records for graph mode: zero hidden states, router weights 0, and ids spread over the
+    // experts (row i uses experts (i*k + j) % E) so the wasted rows do not all land on one rank.
+    std::vector<uint8_t> host(T * m.record_bytes, 0);
+    const int E = problem.num_experts();
+    for (size_t i = 0; i < T; ++i) {
+      auto* ids = reinterpret_cast<int32_t*>(host.data() + i * m.record_bytes + m.hidden_bytes);
+      for (int64_t j = 0; j < K; ++j) ids[j] = int32_t((int64_t(i) * K + j) % E);
+    }
+    FP4MOE_RETURN_IF_ERROR(m.filler.allocate(b, host.size()));
+    FP4MOE_RETURN_IF_ERROR(b->copy_from_host(m.filler.get(), host.data(), host.size()));
+    FP4MOE_RETURN_IF_ERROR(m.padded_out.allocate(b, T * m.out_row_bytes));
+  }
   if (strategy == Strategy::kAllToAll) {
     // A token goes at most once to each rank holding one of its k experts.
     const size_t fan_out = size_t(std::min<int64_t>(K, world_size));
@@ -466,6 +495,13 @@ Status ParallelMoe::forward(const Args& a, StepTimes* times) {
   return s;
 }
 
+Status ParallelMoe::synchronize() {
+  Status s = impl_->backend->synchronize();
+  if (s.ok()) s = impl_->world->synchronize();
+  if (!s.ok()) impl_->world->abort(s.message());
+  return s;
+}
+
 Status ParallelMoe::Impl::forward(const Args& a, StepTimes* times) {
   const int64_t T = a.num_tokens, H = problem.hidden_size;
   if (T < 0 || T > problem.max_tokens)
@@ -481,6 +517,16 @@ Status ParallelMoe::Impl::forward(const Args& a, StepTimes* times) {
     if (has_topk && (!a.topk_ids || !a.topk_weights))
       return invalid_argument("topk_ids and topk_weights go together: ", a.topk_ids ? "topk_weights" : "topk_ids",
                               " is null");
+  }
+  const int64_t P = a.padded_tokens;
+  const bool graph_mode = P >= 0;
+  if (graph_mode) {
+    if (strategy == Strategy::kAllToAll)
+      return invalid_argument("padded_tokens = ", P, ": strategy alltoall has no CUDA-graph mode (its exchange sizes ",
+                              "depend on the routing); use allgather-reducescatter");
+    if (P < T || P > problem.max_tokens)
+      return invalid_argument("padded_tokens = ", P, " must be in [num_tokens = ", T, ", max_tokens = ",
+                              problem.max_tokens, "]");
   }
   if (times) *times = StepTimes{};
   Clock::time_point t0 = Clock::now();
@@ -513,11 +559,12 @@ Status ParallelMoe::Impl::forward(const Args& a, StepTimes* times) {
       if (times) FP4MOE_RETURN_IF_ERROR(backend->synchronize());
       Clock::time_point t2 = Clock::now();
       FP4MOE_RETURN_IF_ERROR(world->all_reduce_sum(a.out, a.out, size_t(T * H), out_type));
-      FP4MOE_RETURN_IF_ERROR(world->synchronize());
+      if (!graph_mode || times) FP4MOE_RETURN_IF_ERROR(world->synchronize());
       record_step_times(times, t0, t1, t2);
       return Status::Ok();
     }
     case Strategy::kAllGatherReduceScatter: {
+      if (graph_mode) return forward_padded(a.hidden, topk_ids, topk_weights, T, P, a.out, times);
       FP4MOE_RETURN_IF_ERROR(check_replicated_count(T));
       std::vector<int64_t> counts;
       FP4MOE_RETURN_IF_ERROR(exchange_counts(*dp_comm, T, &counts));
@@ -545,6 +592,50 @@ Status ParallelMoe::Impl::forward(const Args& a, StepTimes* times) {
       return forward_alltoall(a.hidden, topk_ids, topk_weights, T, a.out, times);
   }
   return internal_error("strategy = ", int(strategy), " has no forward");
+}
+
+// allgather-reducescatter in graph mode: P rows per rank, fixed sizes, no host waits (unless timed).
+Status ParallelMoe::Impl::forward_padded(const uint16_t* hidden, const int32_t* topk_ids, const float* topk_weights,
+                                         int64_t T, int64_t P, void* out, StepTimes* times) {
+  Clock::time_point t0 = Clock::now();
+  const int64_t H = problem.hidden_size;
+  const comm::DataType out_type = backend->output_type();
+  FP4MOE_RETURN_IF_ERROR(check_replicated_count(T));
+  FP4MOE_RETURN_IF_ERROR(check_same_padding(P));
+  const int dp = dp_comm ? dp_comm->size() : 1;
+  const int64_t total = int64_t(dp) * P;
+  FP4MOE_RETURN_IF_ERROR(pack(hidden, topk_ids, topk_weights, T, records.get()));
+  if (P > T)
+    FP4MOE_RETURN_IF_ERROR(backend->copy_2d(records.bytes_at(size_t(T) * record_bytes), record_bytes,
+                                            filler.bytes_at(size_t(T) * record_bytes), record_bytes, record_bytes,
+                                            size_t(P - T)));
+  if (dp > 1) {
+    FP4MOE_RETURN_IF_ERROR(dp_comm->all_gather_v(records.get(), size_t(P) * record_bytes, recv_records.get(),
+                                                 comm::equal_counts(dp, size_t(P) * record_bytes), comm::DataType::kU8));
+    FP4MOE_RETURN_IF_ERROR(unpack(recv_records.get(), total));
+  } else {
+    FP4MOE_RETURN_IF_ERROR(unpack(records.get(), total));
+  }
+  if (times) FP4MOE_RETURN_IF_ERROR(world->synchronize());
+  Clock::time_point t1 = Clock::now();
+  FP4MOE_RETURN_IF_ERROR(
+      backend->run_experts(x.get<uint16_t>(), ids.get<int32_t>(), weights.get<float>(), total, partial.get()));
+  if (times) FP4MOE_RETURN_IF_ERROR(backend->synchronize());
+  Clock::time_point t2 = Clock::now();
+  if (dp > 1) {
+    FP4MOE_RETURN_IF_ERROR(dp_comm->reduce_scatter_v_sum(partial.get(), comm::equal_counts(dp, size_t(P * H)),
+                                                         padded_out.get(), out_type));
+    if (T > 0)
+      FP4MOE_RETURN_IF_ERROR(backend->copy_2d(out, out_row_bytes, padded_out.get(), out_row_bytes, out_row_bytes,
+                                              size_t(T)));
+  } else if (T > 0) {
+    FP4MOE_RETURN_IF_ERROR(backend->copy_2d(out, out_row_bytes, partial.get(), out_row_bytes, out_row_bytes, size_t(T)));
+  }
+  if (tp_comm && tp_comm->size() > 1)
+    FP4MOE_RETURN_IF_ERROR(tp_comm->all_reduce_sum(out, out, size_t(T * H), out_type));
+  if (times) FP4MOE_RETURN_IF_ERROR(world->synchronize());
+  record_step_times(times, t0, t1, t2);
+  return Status::Ok();
 }
 
 Status ParallelMoe::Impl::forward_alltoall(const uint16_t* hidden, const int32_t* topk_ids, const float* topk_weights,

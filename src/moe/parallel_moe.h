@@ -10,6 +10,8 @@
 // dispatch/combine code drives the fp64 reference over host memory (CI, LocalCommunicator) and the GPU
 // layer over device memory (NcclCommunicator). Tokens travel as records of [hidden (bf16, H) | top-k
 // ids (i32) | top-k weights (f32)], so routing goes with its token and one collective moves all three.
+// CUDA graphs: Args::padded_tokens selects a mode without host waits and with fixed exchange sizes;
+// the communicators must then be created with CommOptions::wait_each_op off.
 // NOTE: in w4a4 mode the records still carry bf16 tokens (not NVFP4 as the seed sends them): the
 // per-expert input scales of w4a4 would make a single pre-dispatch quantization change the numerics.
 //
@@ -107,6 +109,15 @@ class ParallelMoe {
     const float* topk_weights = nullptr;    // [num_tokens, k]
     int64_t num_tokens = 0;                 // 0 <= num_tokens <= problem.max_tokens
     void* out = nullptr;                    // [num_tokens, H] backend->output_type(): the full layer output
+    // CUDA-graph mode when >= 0 (strategies none, tp-allreduce and allgather-reducescatter; alltoall
+    // has none): the forward waits on nothing on the host, and allgather-reducescatter exchanges
+    // exactly padded_tokens token rows per rank (num_tokens real ones, then filler rows whose router
+    // weights are 0 and whose outputs are dropped), so no rank needs the others' counts. Every rank
+    // of a DP group must pass the same padded_tokens (num_tokens <= padded_tokens <= max_tokens); with
+    // options.check_token_counts on (not while capturing) that is checked, otherwise it is the
+    // caller's contract, as is calling synchronize() (or waiting on the stream) after the step.
+    // Outputs are bit-identical to the unpadded forward: every row is computed independently.
+    int64_t padded_tokens = -1;
   };
 
   // `world` must outlive the layer; the layer owns the backend.
@@ -119,6 +130,9 @@ class ParallelMoe {
   ExpertBackend& backend() const;
   // Collective. On an error the world communicator is aborted (the peers fail fast instead of waiting).
   Status forward(const Args& args, StepTimes* times = nullptr);
+  // Waits, with the communicators' deadline, for the collectives a graph-mode forward enqueued (and,
+  // when one was captured and replayed, for the replay): on an error or timeout, aborts the world.
+  Status synchronize();
 
   struct Impl;
 
