@@ -13,9 +13,11 @@
 //   phases: steps with a stream synchronize at each phase boundary (StepTimes), median per phase;
 //   step:   steps without those inner synchronizes, median wall time (what a caller sees);
 //   raw:    a plain all-gather + reduce-scatter of the same bytes through the same communicator, median
-//           (the NCCL bandwidth reference for dispatch + combine, measured in the same run).
+//           (the NCCL bandwidth reference for dispatch + combine, measured in the same run);
+//   graph:  GPU only, strategies with a CUDA-graph mode: the forward with padded_tokens = tok/rank
+//           captured once (collectives included), then replays, median ("-" where there is none).
 // Rank 0 prints the slowest rank's medians per row. Host-clock timing (steady_clock) around synchronized
-// steps: it includes launch overheads and is not CUDA-graph replay.
+// steps and replays, after a barrier: it includes launch overheads.
 //
 // Ran on 2 H200s (bench/results/2026-11-29_h200x2_deepseek-r1_parallel.txt); --cpu runs anywhere.
 #include <spawn.h>
@@ -143,7 +145,7 @@ double median(std::vector<double> v) {
 }
 
 // Per-rank medians, in ms: dispatch, experts, combine, step, raw.
-constexpr int kNumStats = 5;
+constexpr int kNumStats = 6;
 
 // Rank 0 gets every rank's stats through the communicator (in the backend's memory).
 Status gather_stats(comm::Communicator& world, ExpertBackend& backend, const std::vector<double>& mine,
@@ -169,17 +171,23 @@ struct Inputs {
   void* out = nullptr;
 };
 
+// Captures `body` (one forward) into a CUDA graph and times `iters` replays after `warmup`, each after a
+// barrier and up to `sync` (ms into *out). Empty on the CPU.
+using GraphTimer = std::function<Status(const std::function<Status()>& body, const std::function<Status()>& sync,
+                                        int warmup, int iters, std::vector<double>* out)>;
+
 Status run_rank(const Options& o, const MoeProblem& base, comm::Communicator& world,
                 const std::function<Status(const MoeProblem&, const ParallelConfig&, Strategy, const RankLayout&,
-                                           std::unique_ptr<ExpertBackend>*)>& make_backend) {
+                                           std::unique_ptr<ExpertBackend>*)>& make_backend,
+                const GraphTimer& time_graph = {}) {
   const int rank = world.rank();
   const auto runs = plan(o, base, world.size());
   if (rank == 0) {
     std::printf("fp4moe-bench-parallel: %d ranks (%s), preset %s, H %lld, I %lld, E %d, top-%d; ms, slowest rank\n",
                 world.size(), o.cpu ? "cpu reference" : "nccl", base.name.c_str(), (long long)base.hidden_size,
                 (long long)base.intermediate_size, base.num_experts(), base.top_k());
-    std::printf("%-12s %-24s %8s %10s %10s %10s %10s %10s %10s\n", "config", "strategy", "tok/rank", "dispatch",
-                "experts", "combine", "phases", "step", "raw-comm");
+    std::printf("%-12s %-24s %8s %10s %10s %10s %10s %10s %10s %10s\n", "config", "strategy", "tok/rank", "dispatch",
+                "experts", "combine", "phases", "step", "raw-comm", "graph");
     if (runs.empty()) std::printf("(no config/strategy matches --configs/--strategies for %d ranks)\n", world.size());
   }
   MoeProblem p = base;
@@ -192,7 +200,11 @@ Status run_rank(const Options& o, const MoeProblem& base, comm::Communicator& wo
     FP4MOE_RETURN_IF_ERROR(make_backend(p, config, strategy, layout, &backend));
     ExpertBackend* b = backend.get();
     std::unique_ptr<ParallelMoe> layer;
-    FP4MOE_RETURN_IF_ERROR(ParallelMoe::create(p, config, strategy, &world, std::move(backend), {}, &layer));
+    // Every rank of a DP group passes the same count by construction: no per-step check (which would
+    // also keep the forward from being captured).
+    ParallelMoeOptions options;
+    options.check_token_counts = false;
+    FP4MOE_RETURN_IF_ERROR(ParallelMoe::create(p, config, strategy, &world, std::move(backend), options, &layer));
     const size_t H = size_t(p.hidden_size), E = size_t(p.num_experts()), T = size_t(p.max_tokens);
     const size_t out_bytes = T * H * comm::size_of(b->output_type());
     // Raw reference: the same per-rank bytes as dispatch (token records) and combine (outputs).
@@ -250,15 +262,28 @@ Status run_rank(const Options& o, const MoeProblem& base, comm::Communicator& wo
         FP4MOE_RETURN_IF_ERROR(world.synchronize());
         raw.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
       }
-      std::vector<double> mine{median(dispatch), median(experts), median(combine), median(step), median(raw)}, all;
+      double graph_ms = -1.0;
+      if (time_graph && strategy != Strategy::kAllToAll && tokens > 0) {
+        ParallelMoe::Args g = a;
+        g.padded_tokens = tokens;
+        std::vector<double> replays;
+        FP4MOE_RETURN_IF_ERROR(time_graph([&] { return layer->forward(g); }, [&] { return layer->synchronize(); },
+                                          o.warmup, o.iters, &replays));
+        graph_ms = median(replays);
+      }
+      std::vector<double> mine{median(dispatch), median(experts), median(combine),
+                               median(step),     median(raw),     graph_ms},
+          all;
       FP4MOE_RETURN_IF_ERROR(gather_stats(world, *b, mine, &all));
       if (rank == 0) {
-        std::vector<double> worst(kNumStats, 0.0);
+        std::vector<double> worst(kNumStats, -1e300);
         for (int r = 0; r < world.size(); ++r)
           for (int k = 0; k < kNumStats; ++k) worst[k] = std::max(worst[k], all[size_t(r) * kNumStats + k]);
-        std::printf("%-12s %-24s %8lld %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f\n", config_name(config).c_str(),
+        char graph[32] = "         -";
+        if (worst[5] >= 0) std::snprintf(graph, sizeof graph, "%10.3f", worst[5]);
+        std::printf("%-12s %-24s %8lld %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %s\n", config_name(config).c_str(),
                     to_string(strategy), (long long)tokens, worst[0], worst[1], worst[2], worst[0] + worst[1] + worst[2],
-                    worst[3], worst[4]);
+                    worst[3], worst[4], graph);
         std::fflush(stdout);
       }
     }
@@ -297,6 +322,7 @@ int run_cpu(const Options& o, const MoeProblem& p) {
 int run_gpu_rank(const Options& o, const MoeProblem& p, const LaunchInfo& info) {
   comm::CommOptions co;
   co.timeout = std::chrono::milliseconds(o.timeout_ms);
+  co.wait_each_op = false;  // collectives only enqueue (capturable); the layer and the timers synchronize
   cudaStream_t stream = nullptr;
   std::unique_ptr<comm::NcclCommunicator> world;
   Status s = Status::Ok();
@@ -314,6 +340,35 @@ int run_gpu_rank(const Options& o, const MoeProblem& p, const LaunchInfo& info) 
                  [&](const MoeProblem& prob, const ParallelConfig& c, Strategy strategy, const RankLayout& layout,
                      std::unique_ptr<ExpertBackend>* out) {
                    return make_gpu_backend(prob, c, strategy, layout, nullptr, 1234, stream, out);
+                 },
+                 [&](const std::function<Status()>& body, const std::function<Status()>& sync, int warmup, int iters,
+                     std::vector<double>* out) -> Status {
+                   auto cuda = [](cudaError_t e, const char* what) {
+                     return e == cudaSuccess ? Status::Ok()
+                                             : Status(StatusCode::kCudaError, detail::concat(what, ": ", cudaGetErrorString(e)));
+                   };
+                   FP4MOE_RETURN_IF_ERROR(cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+                                               "cudaStreamBeginCapture"));
+                   const Status captured = body();
+                   cudaGraph_t graph = nullptr;
+                   const cudaError_t end = cudaStreamEndCapture(stream, &graph);
+                   FP4MOE_RETURN_IF_ERROR(captured);
+                   FP4MOE_RETURN_IF_ERROR(cuda(end, "cudaStreamEndCapture"));
+                   cudaGraphExec_t exec = nullptr;
+                   const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+                   cudaGraphDestroy(graph);
+                   FP4MOE_RETURN_IF_ERROR(cuda(inst, "cudaGraphInstantiate"));
+                   Status st = Status::Ok();
+                   for (int i = 0; i < warmup + iters && st.ok(); ++i) {
+                     st = world->barrier();
+                     const Clock::time_point t0 = Clock::now();
+                     if (st.ok()) st = cuda(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+                     if (st.ok()) st = sync();
+                     if (st.ok() && i >= warmup)
+                       out->push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+                   }
+                   cudaGraphExecDestroy(exec);
+                   return st;
                  });
   world.reset();
   if (stream) cudaStreamDestroy(stream);
