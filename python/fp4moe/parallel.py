@@ -131,6 +131,7 @@ def run_local(
     topk_weights=None,
     timeout: float = 60.0,
     threads_per_rank: int = 1,
+    padded_tokens: int | None = None,
 ) -> list:
     """The parallel layer on config.world_size in-process ranks (one thread each, the C++
     LocalCommunicator) with the CPU reference backend (the fp64 reference on each rank's shard).
@@ -143,6 +144,8 @@ def run_local(
     ranks of one DP group must hold the same tokens. router_logits [T, E] (float32 or bfloat16), or
     topk_ids int32 [T, k] with topk_weights float32 [T, k], lists of the same length.
     timeout: seconds, the deadline of every collective wait.
+    padded_tokens: the CUDA-graph mode of ParallelMoE.forward (see there), here on CPU ranks: the
+    same numbers as without it.
 
     Returns one float32 NumPy array [T_rank, H] per rank: the full layer output for that rank's
     tokens (the sum of the ranks' partial outputs). Buffers are sized for the largest input, not
@@ -189,6 +192,7 @@ def run_local(
         out,
         float(timeout),
         int(threads_per_rank),
+        None if padded_tokens is None else int(padded_tokens),
     )
     return out
 
@@ -291,15 +295,33 @@ class ParallelMoE:
         )
 
     # -- forward --
-    def forward(self, hidden_states, router_logits=None, *, topk_ids=None, topk_weights=None, out=None, stream=None):
+    def forward(
+        self,
+        hidden_states,
+        router_logits=None,
+        *,
+        topk_ids=None,
+        topk_weights=None,
+        out=None,
+        stream=None,
+        padded_tokens=None,
+    ):
         """Collective: every rank calls it once per step (a rank with 0 tokens too).
 
         hidden_states bfloat16 [T, H] on this rank's GPU with router_logits [T, E] (float32 or
         bfloat16; each rank routes its own tokens) or topk_ids int32 / topk_weights float32 [T, k]
         (global expert ids). Returns out, bfloat16 [T, H]: the full layer output for these tokens.
         The layer runs on its own stream, ordered after `stream` (default: torch's current stream,
-        else the legacy default stream) and before later work on it. The host waits for each
-        collective (with the deadline), so a forward is not capturable in a CUDA graph.
+        else the legacy default stream) and before later work on it. Without padded_tokens the
+        host waits for the collectives (with the deadline), so the forward is not capturable.
+
+        padded_tokens (CUDA-graph mode; strategies tp-allreduce and allgather-reducescatter): every
+        rank exchanges exactly that many token rows (T real ones, then filler rows whose outputs are
+        dropped) and the host waits for nothing, so the forward can be captured (e.g. in a
+        torch.cuda.CUDAGraph; create the layer with check_token_counts=False for that). Every rank
+        of a DP group must pass the same value, T <= padded_tokens <= problem.max_tokens. Call
+        synchronize() (or wait on the stream) after the step or the replay. Outputs equal the
+        unpadded forward's bit for bit. Not yet run on GPUs.
         """
         place = _arrays.place_of(hidden_states, "hidden_states")
         shape = _arrays.shape_of(hidden_states, "hidden_states", ndim=2)
@@ -327,10 +349,16 @@ class ParallelMoE:
             None if topk_weights is None else exp(topk_weights),
             exp(out),
             _arrays.stream_handle(stream, place),
+            None if padded_tokens is None else int(padded_tokens),
         )
         return out
 
     __call__ = forward
+
+    def synchronize(self) -> None:
+        """Waits, with the deadline, for the collectives of graph-mode forwards (or of a replayed
+        graph); a timeout or a peer's failure raises and aborts the communicator."""
+        self._layer.synchronize()
 
     def close(self) -> None:
         """Waits for the layer's stream, frees its buffers and destroys the NCCL communicator

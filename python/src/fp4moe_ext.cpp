@@ -1107,7 +1107,7 @@ A list_item(const char* name, size_t i, nb::handle item) {
 void parallel_run_local(const MoeProblem& problem, const ParallelConfig& config, const std::string& strategy_name,
                         std::optional<nb::dict> weights, uint64_t seed, nb::list hidden, std::optional<nb::list> logits,
                         std::optional<nb::list> topk_ids, std::optional<nb::list> topk_weights, nb::list outs,
-                        double timeout_s, int threads_per_rank) {
+                        double timeout_s, int threads_per_rank, std::optional<int64_t> padded_tokens) {
   const int n = config.world_size();
   const Strategy strategy = check_parallel_setup(problem, config, strategy_name, n);
   if (!(timeout_s > 0) || !std::isfinite(timeout_s)) fail_invalid("timeout = ", timeout_s, " must be > 0 seconds");
@@ -1196,7 +1196,8 @@ void parallel_run_local(const MoeProblem& problem, const ParallelConfig& config,
   // Buffers sized for the largest input rather than problem.max_tokens (8192 by default), unless an input
   // exceeds it: then the layer's own check reports it.
   MoeProblem p = problem;
-  if (most_tokens <= p.max_tokens) p.max_tokens = std::max<int64_t>(1, most_tokens);
+  const int64_t need = std::max<int64_t>(most_tokens, padded_tokens.value_or(0));
+  if (need <= p.max_tokens) p.max_tokens = std::max<int64_t>(1, need);
 
   HostMoeWeights full;
   if (weights) {
@@ -1227,7 +1228,9 @@ void parallel_run_local(const MoeProblem& problem, const ParallelConfig& config,
       a.topk_weights = in.weights;
       a.num_tokens = in.num_tokens;
       a.out = out_ptrs[size_t(rank)];
-      return layer->forward(a);
+      a.padded_tokens = padded_tokens.value_or(-1);
+      FP4MOE_RETURN_IF_ERROR(layer->forward(a));
+      return layer->synchronize();
     });
   }
   check(first_failure(statuses));
@@ -1306,6 +1309,7 @@ class ParallelGpuLayer {
     FP4MOE_PY_CUDA(cudaEventCreateWithFlags(&layer->after_, cudaEventDisableTiming));
     comm::CommOptions co;
     co.timeout = std::chrono::milliseconds(int64_t(std::ceil(timeout_s * 1000.0)));
+    co.wait_each_op = false;  // collectives only enqueue (capturable); the forward or synchronize() waits
     ParallelMoeOptions po;
     po.check_token_counts = check_token_counts;
     {
@@ -1329,7 +1333,8 @@ class ParallelGpuLayer {
   ~ParallelGpuLayer() { close(); }
 
   void forward(InArray hidden, std::optional<InArray> logits, std::optional<InArray> topk_ids,
-               std::optional<InArray> topk_weights, OutArray out, uintptr_t stream) {
+               std::optional<InArray> topk_weights, OutArray out, uintptr_t stream,
+               std::optional<int64_t> padded_tokens) {
     if (closed_) fail_invalid("this ParallelMoE is closed");
     const int64_t T = check_parallel_forward_args(problem_, place_, hidden, logits, topk_ids, topk_weights, out);
 #if FP4MOE_PY_HAS_NCCL
@@ -1341,6 +1346,7 @@ class ParallelGpuLayer {
     a.topk_weights = topk_weights ? static_cast<const float*>(topk_weights->data()) : nullptr;
     a.num_tokens = T;
     a.out = out.data();
+    a.padded_tokens = padded_tokens.value_or(-1);
     DeviceGuard guard(place_.device_id);
     const cudaStream_t caller = as_stream(stream);
     FP4MOE_PY_CUDA(cudaEventRecord(before_, caller));
@@ -1355,6 +1361,21 @@ class ParallelGpuLayer {
     FP4MOE_PY_CUDA(cudaStreamWaitEvent(caller, after_, 0));
 #else
     (void)T;
+    (void)padded_tokens;
+#endif
+  }
+
+  // Waits (with the deadline) for the collectives of a graph-mode forward or of a replayed graph.
+  void synchronize() {
+    if (closed_) fail_invalid("this ParallelMoE is closed");
+#if FP4MOE_PY_HAS_NCCL
+    DeviceGuard guard(place_.device_id);
+    Status s;
+    {
+      nb::gil_scoped_release release;
+      s = layer_->synchronize();
+    }
+    check(s);
 #endif
   }
 
@@ -1653,7 +1674,7 @@ NB_MODULE(_ext, m) {
   m.def("launch_info", &launch_info, "env"_a.none() = nb::none());
   m.def("parallel_run_local", &parallel_run_local, "problem"_a, "config"_a, "strategy"_a, "weights"_a.none(),
         "seed"_a, "hidden_states"_a, "router_logits"_a.none(), "topk_ids"_a.none(), "topk_weights"_a.none(), "out"_a,
-        "timeout"_a, "threads_per_rank"_a);
+        "timeout"_a, "threads_per_rank"_a, "padded_tokens"_a.none());
   m.def(
       "check_parallel_forward_args",
       [](const MoeProblem& p, int device_id, InArray hidden, std::optional<InArray> logits,
@@ -1666,7 +1687,8 @@ NB_MODULE(_ext, m) {
       .def_static("create", &ParallelGpuLayer::create, "problem"_a, "config"_a, "strategy"_a, "weights"_a.none(),
                   "seed"_a, "timeout"_a, "check_token_counts"_a)
       .def("forward", &ParallelGpuLayer::forward, "hidden_states"_a, "router_logits"_a.none(), "topk_ids"_a.none(),
-           "topk_weights"_a.none(), "out"_a, "stream"_a)
+           "topk_weights"_a.none(), "out"_a, "stream"_a, "padded_tokens"_a.none())
+      .def("synchronize", &ParallelGpuLayer::synchronize)
       .def("close", &ParallelGpuLayer::close)
       .def_prop_ro("closed", &ParallelGpuLayer::closed)
       .def_prop_ro("problem", [](const ParallelGpuLayer& l) { return l.problem(); })

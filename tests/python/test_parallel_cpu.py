@@ -121,6 +121,40 @@ def test_every_config_and_strategy_matches_the_single_rank_moe(name, factor, mod
     assert num_runs >= (5 if world == 2 else 8)
 
 
+@pytest.mark.parametrize("world", [2, 4])
+def test_padded_tokens_graph_mode_gives_the_same_bits(world):
+    """The CUDA-graph mode (padded_tokens: fixed exchange sizes, filler rows) on CPU ranks: every
+    config and strategy that has it returns exactly the unpadded outputs."""
+    case = get_case("deepseek-r1", 14, "w4a16")
+    p = case.problem
+    num_runs = 0
+    for config in fp4moe.valid_parallel_configs(p, world):
+        groups = case.groups(config.dp, world)
+        largest = max(len(g["x"]) for g in groups)
+        for strategy in fp4moe.applicable_strategies(config):
+            if strategy == "alltoall":
+                continue
+            kwargs = {"hidden_states": [g["x"] for g in groups], "router_logits": [g["logits"] for g in groups]}
+            base = fp4moe.parallel.run_local(p, config, strategy, SEED, timeout=30.0, **kwargs)
+            for padded in (largest, p.max_tokens):
+                outs = fp4moe.parallel.run_local(p, config, strategy, SEED, timeout=30.0, padded_tokens=padded, **kwargs)
+                num_runs += 1
+                for r in range(world):
+                    np.testing.assert_array_equal(outs[r], base[r], err_msg=f"{config} {strategy} {padded} rank {r}")
+    assert num_runs >= 4
+
+
+def test_padded_tokens_errors():
+    case = get_case("deepseek-r1", 14, "w4a16")
+    p = case.problem
+    groups = case.groups(2, 2)
+    kwargs = {"hidden_states": [g["x"] for g in groups], "router_logits": [g["logits"] for g in groups]}
+    with pytest.raises(fp4moe.InvalidArgumentError, match=r"padded_tokens = 2 must be in \[num_tokens = 5"):
+        fp4moe.parallel.run_local(p, (2, 1, 2), "allgather-reducescatter", SEED, padded_tokens=2, **kwargs)
+    with pytest.raises(fp4moe.InvalidArgumentError, match="alltoall has no CUDA-graph mode"):
+        fp4moe.parallel.run_local(p, (2, 1, 2), "alltoall", SEED, padded_tokens=8, **kwargs)
+
+
 def test_expected_configs_and_strategies():
     p = get_case(*CASES[1]).problem
     names = [c.name for c in fp4moe.valid_parallel_configs(p, 2)]
