@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Static instruction count of the sm90 kernels' consumer K loop, per 64-wide K chunk.
+
+Decode is issue-bound (docs/perf-notes.md): each SASS instruction of the loop that streams a weight
+unit through the register decode costs throughput, so this count is a cheap proxy to check a change
+against before GPU time. Usage:
+
+    scripts/sass-kloop.py                # compiles src/gemm/sm90/sm90_gemm{1,2}.cu (nvcc) and counts
+    scripts/sass-kloop.py a.cubin ...    # counts these
+
+Needs cuobjdump: the CUDA toolkit's, or CUOBJDUMP=... (the GPU image has one; on a machine without,
+`pip install triton` carries one under triton/backends/nvidia/bin).
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def cuobjdump():
+    exe = os.environ.get("CUOBJDUMP") or shutil.which("cuobjdump")
+    if not exe:
+        sys.exit("sass-kloop: no cuobjdump (set CUOBJDUMP; see the header)")
+    return exe
+
+
+def functions(cubin):
+    out = subprocess.run([cuobjdump(), "-sass", cubin], capture_output=True, text=True, check=True).stdout
+    funcs, cur = {}, None
+    for line in out.splitlines():
+        m = re.search(r"Function : (\S+)", line)
+        if m:
+            cur = m.group(1)
+            funcs[cur] = []
+            continue
+        m = re.match(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?);", line)
+        if m and cur:
+            funcs[cur].append((int(m.group(1), 16), m.group(2).strip()))
+    return funcs
+
+
+def k_loop(ins):
+    """The innermost loop around the first wgmma: the nearest backward branch after it."""
+    first = next((a for a, t in ins if "HGMMA" in t), None)
+    if first is None:
+        return None
+    best = None
+    for a, t in ins:
+        m = re.search(r"BRA (0x[0-9a-f]+)", t)
+        if m and a > first and int(m.group(1), 16) <= first and (best is None or a < best[1]):
+            best = (int(m.group(1), 16), a)
+    return None if best is None else [t for a, t in ins if best[0] <= a <= best[1]]
+
+
+def main(cubins):
+    for cubin in cubins:
+        for name, ins in functions(cubin).items():
+            m = re.search(r"Sm90TraitsI(.*?)EEEE", name)
+            label = m.group(1).replace("ELi", ",").replace("Li", "").replace("ELb", ",b") if m else name
+            body = k_loop(ins)
+            if not body:
+                print(f"{label}: no K loop found")
+                continue
+            mmas = sum("HGMMA" in t for t in body)
+            ops = {}
+            for t in body:
+                op = (t.split()[1] if t.startswith("@") else t.split()[0]).split(".")[0]
+                ops[op] = ops.get(op, 0) + 1
+            top = " ".join(f"{k}:{v}" for k, v in sorted(ops.items(), key=lambda kv: -kv[1])[:8])
+            print(f"{label}: {len(body) * 4 / mmas:.0f} per K chunk ({len(body)} in the loop, {mmas} wgmma)  {top}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1:
+        main(sys.argv[1:])
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            outs = []
+            for tu in ("sm90_gemm1", "sm90_gemm2"):
+                out = os.path.join(tmp, tu + ".cubin")
+                cutlass = os.environ.get("FP4MOE_CUTLASS_DIR", os.path.join(ROOT, ".deps", "cutlass")) + "/include"
+                subprocess.run([os.environ.get("NVCC", "nvcc"), "-O3", "-DNDEBUG", "-DFP4MOE_HAS_CUDA=1",
+                                "-gencode=arch=compute_90a,code=sm_90a", "--expt-relaxed-constexpr", "-std=c++20",
+                                "-I" + os.path.join(ROOT, "include"), "-I" + ROOT, "-isystem=" + cutlass, "-cubin",
+                                "-o", out, os.path.join(ROOT, "src", "gemm", "sm90", tu + ".cu")], check=True)
+                outs.append(out)
+            main(outs)
