@@ -221,11 +221,10 @@ INSTANTIATE_TEST_SUITE_P(Presets, ParallelGpu, ::testing::Values("deepseek-r1", 
                            return name;
                          });
 
-// Rank 1 aborts its communicator after set-up (as a crashing process would leave it); rank 0's step
-// must fail with kTimeout naming its rank, group and operation within the deadline, not hang.
-// CUDA-graph mode: the forward with padded_tokens is captured on each rank's stream (NCCL collectives
-// included, communicators that only enqueue), replayed twice, and must give the eager, unpadded
-// forward's output bit for bit (every row is computed independently).
+// CUDA-graph mode: the forward with padded_tokens runs eagerly once (so every collective and kernel has
+// been used before the capture), then is captured on each rank's stream (NCCL collectives included,
+// communicators that only enqueue) and replayed twice; eager padded and replayed outputs must both
+// equal the eager, unpadded forward's bit for bit (every row is computed independently).
 TEST(ParallelGpu, GraphModeCapturedAndReplayedMatchesTheEagerForward) {
   FP4MOE_REQUIRE_TWO_GPUS();
   MoeProblem full;
@@ -247,7 +246,7 @@ TEST(ParallelGpu, GraphModeCapturedAndReplayedMatchesTheEagerForward) {
                                                        {{1, 2, 2}, Strategy::kTpAllReduce}};
   for (const auto& [c, strategy] : cases) {
     SCOPED_TRACE(::testing::Message() << "dp=" << c.dp << " tp=" << c.tp << " ep=" << c.ep << " " << to_string(strategy));
-    std::vector<std::vector<uint16_t>> eager(2), replayed(2);
+    std::vector<std::vector<uint16_t>> eager(2), eager_padded(2), replayed(2);
     auto st = on_two_gpus(options, [&](int rank, NcclCommunicator& world, cudaStream_t stream) -> Status {
       const RankLayout l = rank_layout(c, rank);
       std::unique_ptr<ExpertBackend> backend;
@@ -260,7 +259,8 @@ TEST(ParallelGpu, GraphModeCapturedAndReplayedMatchesTheEagerForward) {
       const int64_t T = tokens[g];
       DeviceBuffer<uint16_t> h(hidden[g]);
       DeviceBuffer<float> lg(logits[g]);
-      DeviceBuffer<uint16_t> out_eager(size_t(T * p.hidden_size)), out_graph(size_t(T * p.hidden_size));
+      DeviceBuffer<uint16_t> out_eager(size_t(T * p.hidden_size)), out_padded(size_t(T * p.hidden_size)),
+          out_graph(size_t(T * p.hidden_size));
       ParallelMoe::Args a;
       a.hidden = h.get();
       a.router_logits = lg.get();
@@ -268,8 +268,11 @@ TEST(ParallelGpu, GraphModeCapturedAndReplayedMatchesTheEagerForward) {
       a.out = out_eager.get();
       FP4MOE_RETURN_IF_ERROR(layer->forward(a));
       FP4MOE_RETURN_IF_ERROR(layer->synchronize());
-      a.out = out_graph.get();
+      a.out = out_padded.get();
       a.padded_tokens = 40;  // the same on both ranks, >= every rank's count
+      FP4MOE_RETURN_IF_ERROR(layer->forward(a));
+      FP4MOE_RETURN_IF_ERROR(layer->synchronize());
+      a.out = out_graph.get();
       cudaGraph_t graph = nullptr;
       // Thread-local capture: the other rank is a thread of this process making its own CUDA calls.
       if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
@@ -290,17 +293,21 @@ TEST(ParallelGpu, GraphModeCapturedAndReplayedMatchesTheEagerForward) {
       cudaGraphDestroy(graph);
       FP4MOE_RETURN_IF_ERROR(rs);
       eager[rank] = out_eager.download();
+      eager_padded[rank] = out_padded.download();
       replayed[rank] = out_graph.download();
       return Status::Ok();
     });
     for (int r = 0; r < 2; ++r) {
       ASSERT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].to_string();
       EXPECT_GT(testing::l2_norm(testing::bf16_to_floats(eager[r])), 0.0) << "rank " << r;
+      EXPECT_EQ(eager_padded[r], eager[r]) << "rank " << r << ": the padded forward differs from the unpadded one";
       EXPECT_EQ(replayed[r], eager[r]) << "rank " << r << ": graph replay differs from the eager forward";
     }
   }
 }
 
+// Rank 1 aborts its communicator after set-up (as a crashing process would leave it); rank 0's step
+// must fail with kTimeout naming its rank, group and operation within the deadline, not hang.
 TEST(ParallelGpu, RankDyingMidStepFailsThePeerWithinTheDeadline) {
   FP4MOE_REQUIRE_TWO_GPUS();
   MoeProblem full;

@@ -16,6 +16,9 @@
 //           (the NCCL bandwidth reference for dispatch + combine, measured in the same run);
 //   graph:  GPU only, strategies with a CUDA-graph mode: the forward with padded_tokens = tok/rank
 //           captured once (collectives included), then replays, median ("-" where there is none).
+// The NCCL communicators only enqueue (wait_each_op off, so the forward can be captured): the host
+// waits once per step rather than after every collective, so phases/step are not comparable with
+// runs of this tool before the graph column existed (bench/results/2026-11-29_h200x2_*).
 // Rank 0 prints the slowest rank's medians per row. Host-clock timing (steady_clock) around synchronized
 // steps and replays, after a barrier: it includes launch overheads.
 //
@@ -144,7 +147,7 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Per-rank medians, in ms: dispatch, experts, combine, step, raw.
+// Per-rank medians, in ms: dispatch, experts, combine, step, raw, graph (-1: none).
 constexpr int kNumStats = 6;
 
 // Rank 0 gets every rank's stats through the communicator (in the backend's memory).
@@ -158,6 +161,7 @@ Status gather_stats(comm::Communicator& world, ExpertBackend& backend, const std
   if (s.ok())
     s = world.all_gather_v(d, kNumStats * sizeof(double), d + kNumStats,
                            comm::equal_counts(n, kNumStats * sizeof(double)), comm::DataType::kU8);
+  if (s.ok()) s = world.synchronize();  // with the deadline, before the host reads
   all->resize(size_t(kNumStats) * n);
   if (s.ok()) s = backend.copy_to_host(all->data(), d + kNumStats, sizeof(double) * kNumStats * n);
   backend.release(dev);

@@ -119,6 +119,12 @@ def _as_list(name: str, value) -> list:
     return [_arrays.export(v) for v in value]
 
 
+def _padded(padded_tokens) -> int:
+    if isinstance(padded_tokens, bool) or not isinstance(padded_tokens, (int, np.integer)) or padded_tokens < 0:
+        raise InvalidArgumentError(f"padded_tokens = {padded_tokens!r} must be an int >= 0 (or None: off)")
+    return int(padded_tokens)
+
+
 def run_local(
     problem: Problem,
     config,
@@ -192,7 +198,7 @@ def run_local(
         out,
         float(timeout),
         int(threads_per_rank),
-        None if padded_tokens is None else int(padded_tokens),
+        None if padded_tokens is None else _padded(padded_tokens),
     )
     return out
 
@@ -320,8 +326,8 @@ class ParallelMoE:
         dropped) and the host waits for nothing, so the forward can be captured (e.g. in a
         torch.cuda.CUDAGraph; create the layer with check_token_counts=False for that). Every rank
         of a DP group must pass the same value, T <= padded_tokens <= problem.max_tokens. Call
-        synchronize() (or wait on the stream) after the step or the replay. Outputs equal the
-        unpadded forward's bit for bit. Not yet run on GPUs.
+        synchronize(stream) after the step or the replay (it has the deadline; a plain stream wait
+        has none). Outputs equal the unpadded forward's bit for bit. Not yet run on GPUs.
         """
         place = _arrays.place_of(hidden_states, "hidden_states")
         shape = _arrays.shape_of(hidden_states, "hidden_states", ndim=2)
@@ -349,16 +355,21 @@ class ParallelMoE:
             None if topk_weights is None else exp(topk_weights),
             exp(out),
             _arrays.stream_handle(stream, place),
-            None if padded_tokens is None else int(padded_tokens),
+            None if padded_tokens is None else _padded(padded_tokens),
         )
         return out
 
     __call__ = forward
 
-    def synchronize(self) -> None:
-        """Waits, with the deadline, for the collectives of graph-mode forwards (or of a replayed
-        graph); a timeout or a peer's failure raises and aborts the communicator."""
-        self._layer.synchronize()
+    def synchronize(self, stream=None) -> None:
+        """Waits, with the deadline, for the collectives of graph-mode forwards and for the work
+        queued so far on `stream` (default: torch's current stream, else the legacy default stream;
+        e.g. a torch.cuda.CUDAGraph replayed there). A timeout or a peer's failure raises and aborts
+        the communicators."""
+        if self.closed:
+            raise InvalidArgumentError("this ParallelMoE is closed")
+        local_rank = self._layer.launch_info["local_rank"]
+        self._layer.synchronize(_arrays.stream_handle(stream, _arrays.Place(True, local_rank)))
 
     def close(self) -> None:
         """Waits for the layer's stream, frees its buffers and destroys the NCCL communicator

@@ -1365,17 +1365,25 @@ class ParallelGpuLayer {
 #endif
   }
 
-  // Waits (with the deadline) for the collectives of a graph-mode forward or of a replayed graph.
-  void synchronize() {
+  // Waits (with the deadline) for the collectives of graph-mode forwards, and for everything queued
+  // on `stream` so far (a graph replayed there): the layer's stream first waits for that stream.
+  void synchronize(uintptr_t stream) {
     if (closed_) fail_invalid("this ParallelMoE is closed");
 #if FP4MOE_PY_HAS_NCCL
     DeviceGuard guard(place_.device_id);
+    const cudaStream_t caller = as_stream(stream);
+    if (caller != stream_) {
+      FP4MOE_PY_CUDA(cudaEventRecord(before_, caller));
+      FP4MOE_PY_CUDA(cudaStreamWaitEvent(stream_, before_, 0));
+    }
     Status s;
     {
       nb::gil_scoped_release release;
       s = layer_->synchronize();
     }
     check(s);
+#else
+    (void)stream;
 #endif
   }
 
@@ -1688,7 +1696,7 @@ NB_MODULE(_ext, m) {
                   "seed"_a, "timeout"_a, "check_token_counts"_a)
       .def("forward", &ParallelGpuLayer::forward, "hidden_states"_a, "router_logits"_a.none(), "topk_ids"_a.none(),
            "topk_weights"_a.none(), "out"_a, "stream"_a, "padded_tokens"_a.none())
-      .def("synchronize", &ParallelGpuLayer::synchronize)
+      .def("synchronize", &ParallelGpuLayer::synchronize, "stream"_a)
       .def("close", &ParallelGpuLayer::close)
       .def_prop_ro("closed", &ParallelGpuLayer::closed)
       .def_prop_ro("problem", [](const ParallelGpuLayer& l) { return l.problem(); })

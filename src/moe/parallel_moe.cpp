@@ -306,6 +306,12 @@ struct ParallelMoe::Impl {
   std::vector<int32_t> send_index;
 
   Status exchange_counts(comm::Communicator& c, int64_t mine, std::vector<int64_t>* all);
+  // Gives up on every group of this rank, so its peers in each fail fast.
+  void abort_all(const std::string& reason) {
+    if (dp_comm) dp_comm->abort(reason);
+    if (tp_comm) tp_comm->abort(reason);
+    world->abort(reason);
+  }
   Status check_replicated_count(int64_t num_tokens);
   Status check_same_padding(int64_t padded_tokens);
   Status pack(const uint16_t* hidden, const int32_t* ids, const float* weights, int64_t n, void* dst);
@@ -322,6 +328,9 @@ Status ParallelMoe::Impl::exchange_counts(comm::Communicator& c, int64_t mine, s
   FP4MOE_RETURN_IF_ERROR(backend->copy_from_host(small.get(), &mine, sizeof(mine)));
   int64_t* gathered = small.get<int64_t>() + 1;
   FP4MOE_RETURN_IF_ERROR(c.all_gather_v(small.get(), 1, gathered, comm::equal_counts(n, 1), comm::DataType::kI64));
+  // The host reads the result: wait for the collective with the deadline first (a communicator that
+  // only enqueues would otherwise leave the wait to an unbounded stream synchronize in the copy).
+  FP4MOE_RETURN_IF_ERROR(c.synchronize());
   all->resize(n);
   return backend->copy_to_host(all->data(), gathered, sizeof(int64_t) * n);
 }
@@ -421,13 +430,14 @@ Status ParallelMoe::create(const MoeProblem& problem, const ParallelConfig& conf
     FP4MOE_RETURN_IF_ERROR(m.partial.allocate(b, expert_tokens * m.out_row_bytes));
   }
   if (strategy == Strategy::kAllGatherReduceScatter && T > 0) {
-    // Filler records for graph mode: zero hidden states, router weights 0, and ids spread over the
-    // experts (row i uses experts (i*k + j) % E) so the wasted rows do not all land on one rank.
+    // Filler records for graph mode: zero hidden states, router weights 0, and every filler row on
+    // the same k experts, j * (E / k): they add at most k experts' weight reads per step (decode is
+    // bound by those), spread over the EP ranks rather than all on one.
     std::vector<uint8_t> host(T * m.record_bytes, 0);
     const int E = problem.num_experts();
     for (size_t i = 0; i < T; ++i) {
       auto* ids = reinterpret_cast<int32_t*>(host.data() + i * m.record_bytes + m.hidden_bytes);
-      for (int64_t j = 0; j < K; ++j) ids[j] = int32_t((int64_t(i) * K + j) % E);
+      for (int64_t j = 0; j < K; ++j) ids[j] = int32_t(j * (E / K));
     }
     FP4MOE_RETURN_IF_ERROR(m.filler.allocate(b, host.size()));
     FP4MOE_RETURN_IF_ERROR(b->copy_from_host(m.filler.get(), host.data(), host.size()));
@@ -456,6 +466,7 @@ Status check_same_config(comm::Communicator& world, ExpertBackend& backend, cons
   FP4MOE_RETURN_IF_ERROR(backend.copy_from_host(dev.get(), mine.data(), kBytes));
   FP4MOE_RETURN_IF_ERROR(
       world.all_gather_v(dev.get(), kBytes, dev.bytes_at(kBytes), comm::equal_counts(n, kBytes), comm::DataType::kU8));
+  FP4MOE_RETURN_IF_ERROR(world.synchronize());  // with the deadline, before the host reads
   std::vector<char> all(kBytes * n);
   FP4MOE_RETURN_IF_ERROR(backend.copy_to_host(all.data(), dev.bytes_at(kBytes), all.size()));
   auto text = [&](int r) { return std::string(all.data() + size_t(r) * kBytes); };
@@ -491,14 +502,18 @@ Status ParallelMoe::forward(const Args& a, StepTimes* times) {
   Status s = impl_->forward(a, times);
   // A rank that leaves a step early would make its peers in other groups wait for their deadline: tell
   // them now (the reason travels with the abort, so they still learn which rank and operation failed).
-  if (!s.ok()) impl_->world->abort(s.message());
+  if (!s.ok()) impl_->abort_all(s.message());
   return s;
 }
 
 Status ParallelMoe::synchronize() {
-  Status s = impl_->backend->synchronize();
-  if (s.ok()) s = impl_->world->synchronize();
-  if (!s.ok()) impl_->world->abort(s.message());
+  // Every communicator first: each polls its own asynchronous error with the deadline, so a failed
+  // peer in any group ends the wait; the backend's plain stream synchronize only once that is done.
+  Status s = Status::Ok();
+  for (comm::Communicator* c : {impl_->dp_comm.get(), impl_->tp_comm.get(), impl_->world})
+    if (s.ok() && c) s = c->synchronize();
+  if (s.ok()) s = impl_->backend->synchronize();
+  if (!s.ok()) impl_->abort_all(s.message());
   return s;
 }
 
@@ -520,6 +535,7 @@ Status ParallelMoe::Impl::forward(const Args& a, StepTimes* times) {
   }
   const int64_t P = a.padded_tokens;
   const bool graph_mode = P >= 0;
+  if (P < -1) return invalid_argument("padded_tokens = ", P, " must be -1 (off) or in [num_tokens, max_tokens]");
   if (graph_mode) {
     if (strategy == Strategy::kAllToAll)
       return invalid_argument("padded_tokens = ", P, ": strategy alltoall has no CUDA-graph mode (its exchange sizes ",
@@ -689,6 +705,7 @@ Status ParallelMoe::Impl::forward_alltoall(const uint16_t* hidden, const int32_t
   int64_t* recv_counts_dev = small.get<int64_t>() + world_size;
   FP4MOE_RETURN_IF_ERROR(world->all_to_all_v(small.get(), comm::equal_counts(world_size, 1), recv_counts_dev,
                                              comm::equal_counts(world_size, 1), comm::DataType::kI64));
+  FP4MOE_RETURN_IF_ERROR(world->synchronize());  // with the deadline, before the host reads
   std::vector<int64_t> recv_counts(world_size);
   FP4MOE_RETURN_IF_ERROR(backend->copy_to_host(recv_counts.data(), recv_counts_dev, sizeof(int64_t) * world_size));
   int64_t num_recv = 0;

@@ -11,7 +11,9 @@
 // layer over device memory (NcclCommunicator). Tokens travel as records of [hidden (bf16, H) | top-k
 // ids (i32) | top-k weights (f32)], so routing goes with its token and one collective moves all three.
 // CUDA graphs: Args::padded_tokens selects a mode without host waits and with fixed exchange sizes;
-// the communicators must then be created with CommOptions::wait_each_op off.
+// the communicators must then be created with CommOptions::wait_each_op off. Streams: the backend and
+// the communicators must work on one stream (the GPU backend's and NCCL's), since a copy that follows
+// an enqueued collective relies on stream order.
 // NOTE: in w4a4 mode the records still carry bf16 tokens (not NVFP4 as the seed sends them): the
 // per-expert input scales of w4a4 would make a single pre-dispatch quantization change the numerics.
 //
@@ -116,7 +118,10 @@ class ParallelMoe {
     // of a DP group must pass the same padded_tokens (num_tokens <= padded_tokens <= max_tokens); with
     // options.check_token_counts on (not while capturing) that is checked, otherwise it is the
     // caller's contract, as is calling synchronize() (or waiting on the stream) after the step.
-    // Outputs are bit-identical to the unpadded forward: every row is computed independently.
+    // Outputs are bit-identical to the unpadded forward: every row is computed independently, and
+    // the expert layer's configs (picked by its row count, which padding changes) give the same bits
+    // (test_moe_gpu checks every sm90 config against the default). Do not pass StepTimes or keep
+    // check_token_counts on while capturing: both wait on the host.
     int64_t padded_tokens = -1;
   };
 
@@ -130,8 +135,9 @@ class ParallelMoe {
   ExpertBackend& backend() const;
   // Collective. On an error the world communicator is aborted (the peers fail fast instead of waiting).
   Status forward(const Args& args, StepTimes* times = nullptr);
-  // Waits, with the communicators' deadline, for the collectives a graph-mode forward enqueued (and,
-  // when one was captured and replayed, for the replay): on an error or timeout, aborts the world.
+  // Waits, with the communicators' deadline, for the collectives a graph-mode forward enqueued on the
+  // layer's stream (or a graph replayed on it; after a replay on another stream, make the layer's
+  // stream wait for that one first): on an error or timeout, aborts every group of this rank.
   Status synchronize();
 
   struct Impl;

@@ -151,6 +151,8 @@ def test_padded_tokens_errors():
     kwargs = {"hidden_states": [g["x"] for g in groups], "router_logits": [g["logits"] for g in groups]}
     with pytest.raises(fp4moe.InvalidArgumentError, match=r"padded_tokens = 2 must be in \[num_tokens = 5"):
         fp4moe.parallel.run_local(p, (2, 1, 2), "allgather-reducescatter", SEED, padded_tokens=2, **kwargs)
+    with pytest.raises(fp4moe.InvalidArgumentError, match=r"padded_tokens = -1 must be an int >= 0"):
+        fp4moe.parallel.run_local(p, (2, 1, 2), "allgather-reducescatter", SEED, padded_tokens=-1, **kwargs)
     with pytest.raises(fp4moe.InvalidArgumentError, match="alltoall has no CUDA-graph mode"):
         fp4moe.parallel.run_local(p, (2, 1, 2), "alltoall", SEED, padded_tokens=8, **kwargs)
 
