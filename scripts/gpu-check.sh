@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine over what scripts/stage-gpu.sh packed into gpubin/, writing logs and JSON
 # under $OUT (at most 8 files come back, so sections share logs). Sections, chosen by
-# FP4MOE_SECTIONS (default "tests bench"):
+# FP4MOE_SECTIONS (default "tests bench"; "all" for every one, parallel needing 2 GPUs):
 #   tests       the test binaries in FP4MOE_TESTS (default: every CPU test and the 1-GPU tests;
 #               test_parallel_gpu is in the parallel section)
 #   memcheck    compute-sanitizer memcheck on the GPU tests (racecheck too with FP4MOE_RACECHECK=1)
@@ -19,6 +19,7 @@ if [ -f gpubin/bin.tar.gz ]; then rm -rf gpubin/bin && tar -C gpubin -xzf gpubin
 bin=${FP4MOE_BIN:-gpubin/bin}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 sections=" ${FP4MOE_SECTIONS:-tests bench} "
+[ "$sections" = " all " ] && sections=" tests memcheck bench peers python checkpoint parallel "
 for s in $sections; do
   case $s in tests|memcheck|bench|peers|python|checkpoint|parallel) ;;
     *) echo "gpu-check: unknown section '$s' in FP4MOE_SECTIONS (tests memcheck bench peers python checkpoint parallel)"; exit 2 ;;
