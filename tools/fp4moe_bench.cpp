@@ -255,6 +255,18 @@ std::vector<uint16_t> random_bf16_normal(std::mt19937_64& rng, size_t n) {
   return v;
 }
 
+// ||out - ref|| / ||ref|| over ref's elements (out bf16); infinite for a NaN in out or a zero ref.
+double normalized_error(const std::vector<uint16_t>& out, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double g = bf16_to_float(out[i]), r = ref[i];
+    if (std::isnan(g)) return INFINITY;
+    num += (g - r) * (g - r);
+    den += r * r;
+  }
+  return den > 0 ? std::sqrt(num / den) : INFINITY;
+}
+
 double check_against_reference(const MoeProblem& p, uint64_t seed, const HostMoeWeights* loaded,
                                const std::vector<uint16_t>& hidden, const std::vector<uint16_t>& out,
                                const std::vector<int32_t>& ids, const std::vector<float>& weights, int64_t T,
@@ -281,14 +293,7 @@ double check_against_reference(const MoeProblem& p, uint64_t seed, const HostMoe
     std::vector<float> ref_out(size_t(n * p.hidden_size));
     CHECK_OK(ref::moe_forward_routed(p, loaded->view(), {}, hidden.data(), ids.data(), weights.data(), n,
                                      ref_out.data()));
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n * p.hidden_size; ++i) {
-      const double g = bf16_to_float(out[i]), r = ref_out[i];
-      if (std::isnan(g)) return INFINITY;
-      num += (g - r) * (g - r);
-      den += r * r;
-    }
-    return den > 0 ? std::sqrt(num / den) : INFINITY;
+    return normalized_error(out, ref_out);
   }
   // Dummy weights: only the experts the sampled tokens touch are regenerated on the host.
   const int K = p.top_k();
@@ -309,14 +314,7 @@ double check_against_reference(const MoeProblem& p, uint64_t seed, const HostMoe
   std::vector<float> ref_out(size_t(n * p.hidden_size));
   CHECK_OK(ref::moe_forward_routed(sub, w.view(), {}, hidden.data(), local_ids.data(), weights.data(), n,
                                    ref_out.data()));
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < n * p.hidden_size; ++i) {
-    const double g = bf16_to_float(out[i]), r = ref_out[i];
-    if (std::isnan(g)) return INFINITY;
-    num += (g - r) * (g - r);
-    den += r * r;
-  }
-  return den > 0 ? std::sqrt(num / den) : INFINITY;
+  return normalized_error(out, ref_out);
 }
 
 Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, int64_t T, size_t l2_bytes,
