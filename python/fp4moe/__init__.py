@@ -575,27 +575,13 @@ class MoE:
     __call__ = forward
 
     def _forward(self, hidden_states, router_logits, topk_ids, topk_weights, out, stream):
-        place = _arrays.place_of(hidden_states, "hidden_states")
-        shape = _arrays.shape_of(hidden_states, "hidden_states", ndim=2)
-        for name, value in (
-            ("router_logits", router_logits),
-            ("topk_ids", topk_ids),
-            ("topk_weights", topk_weights),
-            ("out", out),
-        ):
-            if value is not None:
-                _arrays.place_of(value, name)  # a clear error for non-arrays
+        place, shape = _arrays.check_forward_arrays(hidden_states, router_logits, topk_ids, topk_weights, out)
         if out is None:
             out = _arrays.empty(
                 hidden_states, place, (shape[0], self._problem.hidden_size), "bfloat16" if place.cuda else "float32"
             )
-        exp = _arrays.export
         self._layer.forward(
-            exp(hidden_states),
-            None if router_logits is None else exp(router_logits),
-            None if topk_ids is None else exp(topk_ids),
-            None if topk_weights is None else exp(topk_weights),
-            exp(out),
+            *_arrays.export_forward_arrays(hidden_states, router_logits, topk_ids, topk_weights, out),
             _arrays.stream_handle(stream, place),
         )
         return out

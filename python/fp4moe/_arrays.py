@@ -92,6 +92,33 @@ def export(x):
     return x
 
 
+def check_forward_arrays(hidden_states, router_logits, topk_ids, topk_weights, out):
+    """Place and shape of a forward's hidden_states (2-D), after a clear error for any argument that
+    is not an array."""
+    place = place_of(hidden_states, "hidden_states")
+    shape = shape_of(hidden_states, "hidden_states", ndim=2)
+    for name, value in (
+        ("router_logits", router_logits),
+        ("topk_ids", topk_ids),
+        ("topk_weights", topk_weights),
+        ("out", out),
+    ):
+        if value is not None:
+            place_of(value, name)
+    return place, shape
+
+
+def export_forward_arrays(hidden_states, router_logits, topk_ids, topk_weights, out):
+    """export() of a forward's arrays, None staying None."""
+    return (
+        export(hidden_states),
+        None if router_logits is None else export(router_logits),
+        None if topk_ids is None else export(topk_ids),
+        None if topk_weights is None else export(topk_weights),
+        export(out),
+    )
+
+
 _TORCH_DTYPES = {"uint8": "uint8", "float32": "float32", "bfloat16": "bfloat16", "int32": "int32"}
 
 

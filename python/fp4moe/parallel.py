@@ -329,16 +329,7 @@ class ParallelMoE:
         synchronize(stream) after the step or the replay (it has the deadline; a plain stream wait
         has none). Outputs equal the unpadded forward's bit for bit. Not yet run on GPUs.
         """
-        place = _arrays.place_of(hidden_states, "hidden_states")
-        shape = _arrays.shape_of(hidden_states, "hidden_states", ndim=2)
-        for name, value in (
-            ("router_logits", router_logits),
-            ("topk_ids", topk_ids),
-            ("topk_weights", topk_weights),
-            ("out", out),
-        ):
-            if value is not None:
-                _arrays.place_of(value, name)
+        place, shape = _arrays.check_forward_arrays(hidden_states, router_logits, topk_ids, topk_weights, out)
         if self.closed:
             raise InvalidArgumentError("this ParallelMoE is closed")
         if out is None:
@@ -347,13 +338,8 @@ class ParallelMoE:
                 out = np.empty((shape[0], self._problem.hidden_size), dtype=np.float32)
             else:
                 out = _arrays.empty(hidden_states, place, (shape[0], self._problem.hidden_size), "bfloat16")
-        exp = _arrays.export
         self._layer.forward(
-            exp(hidden_states),
-            None if router_logits is None else exp(router_logits),
-            None if topk_ids is None else exp(topk_ids),
-            None if topk_weights is None else exp(topk_weights),
-            exp(out),
+            *_arrays.export_forward_arrays(hidden_states, router_logits, topk_ids, topk_weights, out),
             _arrays.stream_handle(stream, place),
             None if padded_tokens is None else _padded(padded_tokens),
         )
