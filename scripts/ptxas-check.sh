@@ -15,7 +15,7 @@ for tu in sm90_gemm1 sm90_gemm2; do
     -I"$root/include" -I"$root" -isystem="$cutlass" -Xptxas -v "$@" \
     -cubin -o "$out/$tu.cubin" "$root/src/gemm/sm90/$tu.cu" > "$log" 2>&1 || { cat "$log"; exit 2; }
   # one line per kernel: its Sm90Traits and registers
-  awk '/Compiling entry function/ {match($0, /Sm90TraitsILi[0-9]+ELi[0-9]+ELi[0-9]+ELi[0-9]+ELb[01]/); k=substr($0,RSTART+13,RLENGTH-13)}
+  awk '/Compiling entry function/ {match($0, /Sm90TraitsILi[0-9]+ELi[0-9]+ELi[0-9]+ELi[0-9]+ELb[01](ELb[01])?/); k=substr($0,RSTART+13,RLENGTH-13)}
        /Used [0-9]+ registers/ {match($0, /Used [0-9]+ registers/); print "'"$tu"' " k ": " substr($0,RSTART,RLENGTH)}' "$log"
   # a setmaxnreg kernel (1 CTA/SM) must launch with the full share of the register file, the pool its
   # consumers' setmaxnreg.inc draws on (moe_gemm_sm90.cuh, Sm90Traits::kLaunchRegs)

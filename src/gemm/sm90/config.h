@@ -14,6 +14,7 @@ struct Sm90Config {
   int stages = 8;         // shared-memory pipeline depth (K chunks of 64)
   int ctas_per_sm = 2;    // persistent CTAs per SM
   const char* regime = "";
+  bool double_buffer = false;  // double-buffered A fragments (name suffix "_db")
   std::string name() const;
 };
 

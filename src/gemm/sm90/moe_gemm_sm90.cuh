@@ -81,8 +81,9 @@ __device__ __forceinline__ void mma_rs(const uint32_t (&a)[4], uint64_t desc_b, 
   Op::fma(a[0], a[1], a[2], a[3], desc_b, d[I]..., scale_d);
 }
 
-template <int kBN_, int kConsumers_, int kStages_, int kCtasPerSm_, bool kGemm1_>
+template <int kBN_, int kConsumers_, int kStages_, int kCtasPerSm_, bool kGemm1_, bool kDoubleBuffer_ = false>
 struct Sm90Traits {
+  static constexpr bool kDoubleBuffer = kDoubleBuffer_;  // A fragments (see consume_tile)
   static constexpr int kBN = kBN_;
   static constexpr int kConsumers = kConsumers_;
   static constexpr int kStages = kStages_;
@@ -179,18 +180,25 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
   constexpr int kAcc = kN / 2;
   float acc[kAcc];  // started by the tile's first MMA (scale_d = Zero), never zeroed by hand
   bool first_mma = true;
-  // A fragments, single-buffered: before a chunk overwrites them, the previous chunk's MMAs (which
-  // read them asynchronously) must be done, so decode overlaps the other warpgroups' MMAs rather
-  // than this warpgroup's own. Double buffering ran out of registers for the wgmma pipeline (C7512).
-  uint32_t a[4][4];
+  // A fragments. Double-buffered (Sm90Traits::kDoubleBuffer): chunk ku decodes into a[ku % 2] while
+  // chunk ku - 1's MMAs, which read a[(ku - 1) % 2] asynchronously, still run, so a warpgroup
+  // overlaps its own decode and MMAs. Single-buffered: before a chunk overwrites the fragments, the
+  // previous chunk's MMAs must be done, and decode overlaps only other warpgroups' MMAs. ptxas
+  // (scripts/ptxas-check.sh) accepted double buffering for N <= 32 with 4 consumers (112 registers)
+  // and N >= 128 with 2 (232); N = 64 serialized (4 consumers) or spilled (2), so a double-buffered
+  // config single-buffers its N = 64 bucket. Buffers are indexed with compile-time constants only, so
+  // they stay in registers.
+  constexpr int kBufs = T::kDoubleBuffer && kN != 64 ? 2 : 1;
+  uint32_t a[kBufs][4][4];
   int prev_stage = -1;
-  auto fence_fragments = [&]() {
+  auto fence_fragments = [&](uint32_t(&frag)[4][4]) {
 #pragma unroll
     for (int j = 0; j < 4; ++j)
 #pragma unroll
-      for (int q = 0; q < 4; ++q) cute::warpgroup_fence_operand(a[j][q]);
+      for (int q = 0; q < 4; ++q) cute::warpgroup_fence_operand(frag[j][q]);
   };
-  for (int64_t ku = 0; ku < x.k_units; ++ku) {
+  auto chunk = [&](auto buf_tag) {
+    constexpr int buf = decltype(buf_tag)::value;
     mbar_wait(&x.full[ps.stage], ps.phase);
     if (active) {
       const uint8_t* unit = x.smem + T::kOffW + ps.stage * T::kWeightStageBytes + x.c * layout::kUnitBytes;
@@ -198,35 +206,50 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
       const uint32_t sc0 = *reinterpret_cast<const uint32_t*>(unit + layout::kUnitCodeBytes + x.r0 * 4);
       const uint32_t sc1 = *reinterpret_cast<const uint32_t*>(unit + layout::kUnitCodeBytes + (x.r0 + 8) * 4);
       const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
-      cute::warpgroup_wait<0>();  // the previous chunk's MMAs no longer read the fragments
-      fence_fragments();
+      if constexpr (kBufs == 1) {
+        cute::warpgroup_wait<0>();  // the previous chunk's MMAs no longer read the fragments
+        fence_fragments(a[buf]);
+      }
 #pragma unroll
       for (int j = 0; j < 4; ++j)
-        decode_k16(words[j], x.lut[(sc0 >> (8 * j)) & 0xff], x.lut[(sc1 >> (8 * j)) & 0xff], a[j]);
-      fence_fragments();
+        decode_k16(words[j], x.lut[(sc0 >> (8 * j)) & 0xff], x.lut[(sc1 >> (8 * j)) & 0xff], a[buf][j]);
+      fence_fragments(a[buf]);
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
       cute::warpgroup_arrive();
       const uint32_t b_addr = smem_addr(x.smem + T::kOffB + ps.stage * T::kBTileBytes);
 #pragma unroll
       for (int j = 0; j < 4; ++j)
-        mma_rs<typename RsMma<kN>::Op>(a[j], smem_desc_k128(b_addr + 32 * j), acc,
+        mma_rs<typename RsMma<kN>::Op>(a[buf][j], smem_desc_k128(b_addr + 32 * j), acc,
                                        (j == 0 && first_mma) ? gmma::ScaleOut::Zero : gmma::ScaleOut::One,
                                        std::make_index_sequence<kAcc>{});
       first_mma = false;
       cute::warpgroup_commit_batch();
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
+      if constexpr (kBufs == 2) {
+        cute::warpgroup_wait<1>();    // the previous chunk's MMAs are done ...
+        fence_fragments(a[buf ^ 1]);  // ... so its fragments may be overwritten next
+      }
     }
-    // The previous chunk's stage: its MMAs completed at this chunk's wait (or there were none).
+    // The previous chunk's stage: its MMAs completed at the wait above (or there were none).
     if (prev_stage >= 0) release_stage(&x.empty[prev_stage], x.lane);
     prev_stage = ps.stage;
     ps.advance(T::kStages);
+  };
+  int64_t ku = 0;
+  if constexpr (kBufs == 2) {
+    for (; ku + 1 < x.k_units; ku += 2) {
+      chunk(std::integral_constant<int, 0>{});
+      chunk(std::integral_constant<int, 1>{});
+    }
   }
+  for (; ku < x.k_units; ++ku) chunk(std::integral_constant<int, 0>{});
   // Unconditional (also for inactive warpgroups, which issued nothing): a wait under a branch made
   // ptxas insert its own waits (C7517). The fences keep the epilogue's accumulator reads after it.
   cute::warpgroup_wait<0>();
-  fence_fragments();
+#pragma unroll
+  for (int b = 0; b < kBufs; ++b) fence_fragments(a[b]);
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
   if (prev_stage >= 0) release_stage(&x.empty[prev_stage], x.lane);

@@ -13,6 +13,11 @@ const std::vector<Sm90Config>& compiled_configs() {
       {64, 4, 8, 1, "medium: <= 40 rows per expert"},
       {128, 2, 6, 1, "large: <= 160 rows per expert"},
       {256, 2, 4, 1, "prefill: > 160 rows per expert"},
+      // Tuning candidates, not chosen by default: double-buffered A fragments (not yet measured).
+      {16, 4, 12, 1, "decode, double-buffered (tuning candidate)", true},
+      {32, 4, 10, 1, "small, double-buffered (tuning candidate)", true},
+      {128, 2, 6, 1, "large, double-buffered (tuning candidate)", true},
+      {256, 2, 4, 1, "prefill, double-buffered (tuning candidate)", true},
   };
   return kConfigs;
 }
