@@ -133,6 +133,7 @@ struct Sm90Traits {
                 "setmaxnreg: the consumers ask for more registers than the producer gives back");
   static_assert(!kUseSetmaxnreg || (kProducerRegs <= kLaunchRegs && kConsumerRegs >= kLaunchRegs),
                 "setmaxnreg split must shrink the producer and grow the consumers");
+  static_assert(kSmemBytes <= (1 << 18), "wgmma descriptors address shared memory below 2^18 bytes");
   static_assert(kBN <= kMaxTileTokens, "the workspace's rows_cap slack must cover a full-tile activation copy");
 };
 
@@ -197,14 +198,22 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
 #pragma unroll
       for (int q = 0; q < 4; ++q) cute::warpgroup_fence_operand(frag[j][q]);
   };
+  // Per-thread addresses and the stage-0 descriptor, computed once: inside the K loop only the stage
+  // offset changes (the loop is issue-bound in decode, every instruction counts).
+  // (opaque_u32: ptxas would otherwise recompute them from the thread index in every iteration.)
+  const uint32_t w_base = smem_addr(x.smem + T::kOffW + x.c * layout::kUnitBytes);
+  const uint32_t my_codes = opaque_u32(w_base + x.tid * 16);
+  const uint32_t my_scales = opaque_u32(w_base + layout::kUnitCodeBytes + x.r0 * 4);
+  const uint64_t desc_stage0 = smem_desc_k128(smem_addr(x.smem + T::kOffB));
+  const int my_lane = int(opaque_u32(uint32_t(x.lane)));
   auto chunk = [&](auto buf_tag) {
     constexpr int buf = decltype(buf_tag)::value;
     mbar_wait(&x.full[ps.stage], ps.phase);
     if (active) {
-      const uint8_t* unit = x.smem + T::kOffW + ps.stage * T::kWeightStageBytes + x.c * layout::kUnitBytes;
-      const uint4 codes = *reinterpret_cast<const uint4*>(unit + x.tid * 16);
-      const uint32_t sc0 = *reinterpret_cast<const uint32_t*>(unit + layout::kUnitCodeBytes + x.r0 * 4);
-      const uint32_t sc1 = *reinterpret_cast<const uint32_t*>(unit + layout::kUnitCodeBytes + (x.r0 + 8) * 4);
+      const uint32_t w_off = uint32_t(ps.stage * T::kWeightStageBytes);
+      const uint4 codes = lds_u32x4(my_codes + w_off);
+      const uint32_t sc0 = lds_u32(my_scales + w_off);
+      const uint32_t sc1 = lds_u32(my_scales + w_off + 8 * 4);
       const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
       if constexpr (kBufs == 1) {
         cute::warpgroup_wait<0>();  // the previous chunk's MMAs no longer read the fragments
@@ -217,10 +226,13 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
       cute::warpgroup_arrive();
-      const uint32_t b_addr = smem_addr(x.smem + T::kOffB + ps.stage * T::kBTileBytes);
+      // The descriptor's start-address field (bits 0-13: address >> 4) of stage s, k16 step j is the
+      // stage-0 field plus (s * kBTileBytes + 32 j) >> 4; shared memory is below 2^18 bytes, so the
+      // field never carries into the next one.
+      const uint64_t desc = desc_stage0 + uint64_t((ps.stage * T::kBTileBytes) >> 4);
 #pragma unroll
       for (int j = 0; j < 4; ++j)
-        mma_rs<typename RsMma<kN>::Op>(a[buf][j], smem_desc_k128(b_addr + 32 * j), acc,
+        mma_rs<typename RsMma<kN>::Op>(a[buf][j], desc + uint64_t(2 * j), acc,
                                        (j == 0 && first_mma) ? gmma::ScaleOut::Zero : gmma::ScaleOut::One,
                                        std::make_index_sequence<kAcc>{});
       first_mma = false;
@@ -233,18 +245,19 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
       }
     }
     // The previous chunk's stage: its MMAs completed at the wait above (or there were none).
-    if (prev_stage >= 0) release_stage(&x.empty[prev_stage], x.lane);
+    if (prev_stage >= 0) release_stage(&x.empty[prev_stage], my_lane);
     prev_stage = ps.stage;
     ps.advance(T::kStages);
   };
-  int64_t ku = 0;
+  const int k_units = int(x.k_units);
+  int ku = 0;
   if constexpr (kBufs == 2) {
-    for (; ku + 1 < x.k_units; ku += 2) {
+    for (; ku + 1 < k_units; ku += 2) {
       chunk(std::integral_constant<int, 0>{});
       chunk(std::integral_constant<int, 1>{});
     }
   }
-  for (; ku < x.k_units; ++ku) chunk(std::integral_constant<int, 0>{});
+  for (; ku < k_units; ++ku) chunk(std::integral_constant<int, 0>{});
   // Unconditional (also for inactive warpgroups, which issued nothing): a wait under a branch made
   // ptxas insert its own waits (C7517). The fences keep the epilogue's accumulator reads after it.
   cute::warpgroup_wait<0>();
