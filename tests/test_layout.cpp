@@ -55,8 +55,32 @@ uint16_t bf16_mul(uint16_t a, uint16_t b) {
   return float_to_bf16(float(p));  // p is exactly representable in bf16 in every case tested
 }
 
+// The kernels' decode (fragment_bits) of a word holding 8 random codes: every register shows exactly
+// its two codes as bf16 bit patterns (magnitude on bits 6..8, sign on 15; +16 for the hi value), no
+// bit of another register leaking in, over every placement of every code.
+TEST(WeightLayout, FragmentBitsOfFullWordsAreTheCodesAlone) {
+  auto rng = testing::make_rng(37);
+  auto bf16_bits_of = [](uint8_t code) { return uint32_t(code & 7) << 6 | uint32_t(code >> 3) << 15; };
+  for (int it = 0; it < 20000; ++it) {
+    const uint32_t w = uint32_t(rng());
+    for (int q = 0; q < 4; ++q) {
+      const uint32_t want = bf16_bits_of(unpack_code(w, q, 0)) | bf16_bits_of(unpack_code(w, q, 1)) << 16;
+      ASSERT_EQ(fragment_bits(w, q), want) << "word " << std::hex << w << " register " << q;
+    }
+  }
+  // Each of the 32 bits belongs to exactly one (register, half, bit).
+  uint32_t seen = 0;
+  for (int q = 0; q < 4; ++q)
+    for (int h = 0; h < 2; ++h)
+      for (int b = 0; b < 4; ++b) {
+        const uint32_t bit = uint32_t(1) << fragment_bit(q, h, b);
+        EXPECT_FALSE(seen & bit) << "bit " << fragment_bit(q, h, b) << " used twice";
+        seen |= bit;
+      }
+  EXPECT_EQ(seen, 0xffffffffu);
+}
+
 TEST(WeightLayout, RegisterDecodeIsExactForAllCodesAndScales) {
-  constexpr uint32_t kMag = 0x01C001C0u, kSign = 0x80008000u;
   for (bool mx : {false, true}) {
     for (int sb = 0; sb < 256; ++sb) {
       if (mx && (sb < kMinE8m0 || sb > kMaxE8m0)) continue;
@@ -67,13 +91,7 @@ TEST(WeightLayout, RegisterDecodeIsExactForAllCodesAndScales) {
       for (int code = 0; code < 16; ++code) {
         for (int q = 0; q < 4; ++q) {
           const uint32_t w = pack_code(pack_code(0, q, 0, uint8_t(code)), q, 1, uint8_t(15 - code));
-          uint32_t r;
-          switch (q) {  // the four register formulas of decode_k16
-            case 0: r = ((w << 6) & kMag) | ((w << 3) & kSign); break;
-            case 1: r = ((w << 3) & kMag) | ((w << 2) & kSign); break;
-            case 2: r = (w & kMag) | ((w << 1) & kSign); break;
-            default: r = ((w >> 3) & kMag) | (w & kSign); break;
-          }
+          const uint32_t r = fragment_bits(w, q);  // decode_k16's register q, before the scale
           const uint16_t lo = bf16_mul(uint16_t(r & 0xffff), S), hi = bf16_mul(uint16_t(r >> 16), S);
           const double want_lo = double(e2m1_to_float(uint8_t(code))) * scale / 128.0;
           const double want_hi = double(e2m1_to_float(uint8_t(15 - code))) * scale / 128.0;

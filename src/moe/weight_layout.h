@@ -7,11 +7,15 @@
 //     of the warpgroup owns 16 bytes at t * 16, one 32-bit word per k16 step j (0..3). Thread t is
 //     warp w = t/32, lane l = t%32; it holds rows r0 = 16w + l/4 and r1 = r0 + 8, and k columns
 //     c0 = 16j + 2(l%4) + {0,1} and c0 + 8 + {0,1}. The word's 8 values are the four bf16x2 A
-//     registers q = 0..3 = (r0, c0), (r1, c0), (r0, c0+8), (r1, c0+8), each a (lo, hi) pair;
-//     value (q, half) has its 3 magnitude bits at bit 16*half + 3q and its sign at bit 12+16*half+q,
-//     so register q decodes as ((w << (6-3q)) & 0x01C001C0) | ((w << (3-q)) & 0x80008000): the e2m1
-//     bits land in bf16's exponent/mantissa, giving code * 2^-126 (exact, including 0.5, a bf16
-//     subnormal), and one bf16x2 multiply by the block's prescaled scale yields code * scale * 2^-7.
+//     registers q = 0..3 = (r0, c0), (r1, c0), (r0, c0+8), (r1, c0+8), each a (lo, hi) pair.
+//     Register q is built by rotating the word left and masking: its value's e2m1 magnitude bits
+//     m0..m2 must land on bf16 bits 6..8 (exponent low bits and mantissa top bit) and its sign on
+//     bit 15 (+16 for the hi value), which gives code * 2^-126 exactly (including 0.5, a bf16
+//     subnormal); one bf16x2 multiply by the block's prescaled scale then yields code * scale * 2^-7.
+//     The bit placement (kFragmentRotation, fragment_bit) is chosen so that the whole word decodes
+//     with 4 rotations and 5 masks: registers 0, 1, 2 each come from one rotation (0, 10, 4) and one
+//     AND, register 3 from two (m0, m1 and the sign by 6, m2 by 14). No placement does it with fewer
+//     (four single-rotation registers cannot tile the 32 bits).
 //   - 256 bytes of scales, [64 rows][4 blocks of 16], one byte per (row, k16 block): the e4m3 byte
 //     (NVFP4) or the e8m0 byte of the 32-block (MXFP4, duplicated). kWeightPrescaleLog2 = 7 is folded
 //     into the epilogue's alpha.
@@ -87,18 +91,43 @@ FP4MOE_HD FragmentSlot fragment_slot(int row, int col) {
   return {w * 32 + lane, j, q, cc % 2};
 }
 
-// Bit positions of value (q, half) inside its word.
+// Rotation (left) that brings bit b (0..2: magnitude m0..m2, 3: sign) of register q's values to
+// its bf16 position, and the position of that bit in the word.
+FP4MOE_HD int fragment_rotation(int q, int b) {
+  return q == 0 ? 0 : q == 1 ? 10 : q == 2 ? 4 : (b == 2 ? 14 : 6);
+}
+FP4MOE_HD int fragment_bit(int q, int half, int b) {
+  const int target = 16 * half + (b < 3 ? 6 + b : 15);
+  return (target - fragment_rotation(q, b) + 32) % 32;
+}
 FP4MOE_HD uint32_t pack_code(uint32_t word, int q, int half, uint8_t code) {
-  const int mag_bit = 16 * half + 3 * q;
-  const int sign_bit = 12 + 16 * half + q;
-  word |= uint32_t(code & 7) << mag_bit;
-  word |= uint32_t((code >> 3) & 1) << sign_bit;
+  for (int b = 0; b < 4; ++b) word |= uint32_t((code >> b) & 1) << fragment_bit(q, half, b);
   return word;
 }
 FP4MOE_HD uint8_t unpack_code(uint32_t word, int q, int half) {
-  const int mag_bit = 16 * half + 3 * q;
-  const int sign_bit = 12 + 16 * half + q;
-  return uint8_t(((word >> mag_bit) & 7) | (((word >> sign_bit) & 1) << 3));
+  uint8_t code = 0;
+  for (int b = 0; b < 4; ++b) code |= uint8_t(((word >> fragment_bit(q, half, b)) & 1) << b);
+  return code;
+}
+
+FP4MOE_HD uint32_t rotl32(uint32_t w, int r) {
+#if defined(__CUDA_ARCH__)
+  return __funnelshift_l(w, w, r);
+#else
+  return r == 0 ? w : (w << r) | (w >> (32 - r));
+#endif
+}
+
+// Register q of a word, before the scale: bf16x2 whose halves are the e2m1 codes * 2^-126 (see the
+// header comment). The kernels' decode; the tests check it against unpack_code for every bit.
+FP4MOE_HD uint32_t fragment_bits(uint32_t w, int q) {
+  constexpr uint32_t kMagSign = 0x81C081C0u;
+  switch (q) {
+    case 0: return w & kMagSign;
+    case 1: return rotl32(w, 10) & kMagSign;
+    case 2: return rotl32(w, 4) & kMagSign;
+    default: return (rotl32(w, 6) & 0x80C080C0u) | (rotl32(w, 14) & 0x01000100u);
+  }
 }
 
 // Reads one code / scale byte of a repacked matrix (slow path: the SIMT kernels and tests).

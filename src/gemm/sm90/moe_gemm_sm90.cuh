@@ -140,11 +140,10 @@ struct Sm90Traits {
 // The four bf16x2 A registers of one k16 step from its 32-bit code word (layout in weight_layout.h)
 // and the two rows' prescaled scales: code * 2^-126 via bit placement, times scale * 2^119 (exact).
 __device__ __forceinline__ void decode_k16(uint32_t w, uint32_t s_r0, uint32_t s_r1, uint32_t (&a)[4]) {
-  constexpr uint32_t kMag = 0x01C001C0u, kSign = 0x80008000u;
-  a[0] = bf16x2_mul(((w << 6) & kMag) | ((w << 3) & kSign), s_r0);
-  a[1] = bf16x2_mul(((w << 3) & kMag) | ((w << 2) & kSign), s_r1);
-  a[2] = bf16x2_mul((w & kMag) | ((w << 1) & kSign), s_r0);
-  a[3] = bf16x2_mul(((w >> 3) & kMag) | (w & kSign), s_r1);
+  a[0] = bf16x2_mul(layout::fragment_bits(w, 0), s_r0);
+  a[1] = bf16x2_mul(layout::fragment_bits(w, 1), s_r1);
+  a[2] = bf16x2_mul(layout::fragment_bits(w, 2), s_r0);
+  a[3] = bf16x2_mul(layout::fragment_bits(w, 3), s_r1);
 }
 
 template <class T>
