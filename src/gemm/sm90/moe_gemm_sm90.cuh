@@ -203,7 +203,7 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
   const uint32_t w_base = smem_addr(x.smem + T::kOffW + x.c * layout::kUnitBytes);
   const uint32_t my_codes = opaque_u32(w_base + x.tid * 16);
   const uint32_t my_scales = opaque_u32(w_base + layout::kUnitCodeBytes + x.r0 * 4);
-  const uint64_t desc_stage0 = smem_desc_k128(smem_addr(x.smem + T::kOffB));
+  const uint64_t desc_stage0 = opaque_u64(smem_desc_k128(smem_addr(x.smem + T::kOffB)));
   const int my_lane = int(opaque_u32(uint32_t(x.lane)));
   auto chunk = [&](auto buf_tag) {
     constexpr int buf = decltype(buf_tag)::value;

@@ -18,6 +18,12 @@ __device__ __forceinline__ uint32_t opaque_u32(uint32_t v) {
   return r;
 }
 
+__device__ __forceinline__ uint64_t opaque_u64(uint64_t v) {
+  uint64_t r;
+  asm volatile("mov.b64 %0, %1;" : "=l"(r) : "l"(v));
+  return r;
+}
+
 // Shared-memory loads by 32-bit shared address. Volatile with a memory clobber: they must stay after
 // the mbarrier wait (itself volatile, with a memory clobber) that makes the stage's bytes visible.
 __device__ __forceinline__ uint32_t lds_u32(uint32_t addr) {
