@@ -133,7 +133,8 @@ struct Sm90Traits {
                 "setmaxnreg: the consumers ask for more registers than the producer gives back");
   static_assert(!kUseSetmaxnreg || (kProducerRegs <= kLaunchRegs && kConsumerRegs >= kLaunchRegs),
                 "setmaxnreg split must shrink the producer and grow the consumers");
-  static_assert(kSmemBytes <= (1 << 18), "wgmma descriptors address shared memory below 2^18 bytes");
+  // (The descriptor arithmetic of consume_tile needs shared addresses below 2^18: sm90 has 228 KB.)
+  static_assert(kSmemBytes <= 232448, "sm90 shared memory per CTA");
   static_assert(kBN <= kMaxTileTokens, "the workspace's rows_cap slack must cover a full-tile activation copy");
 };
 
