@@ -28,12 +28,13 @@ TEST(SelectConfig, RegimesFollowRowsPerExpert) {
   EXPECT_EQ(select_config(deepseek(1024)).tile_tokens, 64);   // 32 rows per expert
   EXPECT_EQ(select_config(deepseek(2048)).tile_tokens, 128);  // 64
   EXPECT_EQ(select_config(deepseek(4096)).tile_tokens, 128);  // 128
-  EXPECT_EQ(select_config(deepseek(5120)).tile_tokens, 128);  // 160
-  EXPECT_EQ(select_config(deepseek(5121)).tile_tokens, 256);
-  EXPECT_EQ(select_config(deepseek(8192)).tile_tokens, 256);
+  EXPECT_EQ(select_config(deepseek(8192)).tile_tokens, 128);  // 256
+  EXPECT_EQ(select_config(deepseek(12288)).tile_tokens, 128); // 384
+  EXPECT_EQ(select_config(deepseek(12289)).tile_tokens, 256);
+  EXPECT_EQ(select_config(deepseek(16384)).tile_tokens, 256);
   EXPECT_NE(std::string(select_config(deepseek(1)).regime).find("decode"), std::string::npos);
   EXPECT_EQ(select_config(deepseek(1)).consumers, 4);
-  EXPECT_NE(std::string(select_config(deepseek(8192)).regime).find("prefill"), std::string::npos);
+  EXPECT_NE(std::string(select_config(deepseek(16384)).regime).find("prefill"), std::string::npos);
   // Expert parallelism: fewer local experts, more rows each.
   ConfigInput ep = deepseek(128);
   ep.num_local_experts = 32;  // 32 rows per expert

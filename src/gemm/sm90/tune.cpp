@@ -8,16 +8,13 @@ namespace fp4moe::sm90 {
 const std::vector<Sm90Config>& compiled_configs() {
   // The instantiations of launch.cuh's dispatch; select_config returns only these.
   static const std::vector<Sm90Config> kConfigs = {
-      {16, 4, 12, 1, "decode: <= 8 rows per expert"},
-      {32, 4, 10, 1, "small: <= 24 rows per expert"},
+      // Double-buffered A fragments where they measured as fast or faster than single-buffered ones
+      // (H200, bench/results/2026-11-29_h200_tune_v3.txt); BN64 has no double-buffered build.
+      {16, 4, 12, 1, "decode: <= 8 rows per expert", true},
+      {32, 4, 10, 1, "small: <= 24 rows per expert", true},
       {64, 4, 8, 1, "medium: <= 40 rows per expert"},
-      {128, 2, 6, 1, "large: <= 160 rows per expert"},
-      {256, 2, 4, 1, "prefill: > 160 rows per expert"},
-      // Tuning candidates, not chosen by default: double-buffered A fragments (not yet measured).
-      {16, 4, 12, 1, "decode, double-buffered (tuning candidate)", true},
-      {32, 4, 10, 1, "small, double-buffered (tuning candidate)", true},
-      {128, 2, 6, 1, "large, double-buffered (tuning candidate)", true},
-      {256, 2, 4, 1, "prefill, double-buffered (tuning candidate)", true},
+      {128, 2, 6, 1, "large: <= 384 rows per expert", true},
+      {256, 2, 4, 1, "prefill: > 384 rows per expert", true},
   };
   return kConfigs;
 }
