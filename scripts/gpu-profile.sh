@@ -1,18 +1,32 @@
 #!/usr/bin/env bash
-# Nsight Compute on the sm90 GEMM kernels of one forward, per token count: speed of light, memory,
-# warp stalls. Text reports land in $OUT/profile_<preset>_<T>.txt. Clocks are left alone.
-# Usage: scripts/gpu-profile.sh PRESET T [T...]
+# Nsight Compute on one forward per token count. Two passes per T, reports in $OUT:
+#   profile_<preset>_<T>.txt      the sm90 GEMM kernels: speed of light, memory, warp stalls, issue,
+#                                 pipes and instruction mix
+#   breakdown_<preset>_<T>.txt    every kernel of the forward (routing, plan, permute, GEMMs, finalize):
+#                                 duration and throughput, to see where the layer's time goes
+# Clocks are left alone (--clock-control none). Expects the binaries unpacked (scripts/gpu-check.sh
+# does it; or `tar -C gpubin -xzf gpubin/bin.tar.gz`).
+# Usage: scripts/gpu-profile.sh PRESET T [T...]   (env FP4MOE_PROFILE_ARGS: extra fp4moe-bench args)
 set -u
 out=${OUT:-/tmp/fp4moe-out}
-bin=${FP4MOE_BIN:-gpubin}
+mkdir -p "$out"
+if [ ! -d gpubin/bin ] && [ -f gpubin/bin.tar.gz ]; then tar -C gpubin -xzf gpubin/bin.tar.gz; fi
+bin=${FP4MOE_BIN:-gpubin/bin}
 preset=$1; shift
+bench_args="--preset $preset --iters 1 --warmup 0 --routing random ${FP4MOE_PROFILE_ARGS:-}"
 for T in "$@"; do
   rep="/tmp/prof_${preset}_${T}"
   timeout 300 ncu --clock-control none -k regex:moe_gemm_sm90 --launch-count 2 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
-    --section Occupancy --section LaunchStats -f -o "$rep" \
-    "$bin/fp4moe-bench" --preset "$preset" --tokens "$T" --iters 1 --warmup 0 > /dev/null 2>&1
+    --section Occupancy --section LaunchStats --section InstructionStats --section ComputeWorkloadAnalysis \
+    -f -o "$rep" "$bin/fp4moe-bench" $bench_args --tokens "$T" > /dev/null 2>&1
+  echo "=== ncu gemm $preset T=$T exit $?"
   ncu --import "$rep.ncu-rep" --page details > "$out/profile_${preset}_${T}.txt" 2>&1
-  grep -E "moe_gemm|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|L2 Cache Throughput|Registers Per|Achieved Occupancy|Issued Warp|No Eligible" \
+  grep -E "moe_gemm|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|L2 Cache Throughput|Registers Per|Achieved Occupancy|Issued Warp|No Eligible|Issue Slots Busy|Executed Ipc" \
     "$out/profile_${preset}_${T}.txt" | sed 's/^ *//' | cut -c1-150
+  timeout 300 ncu --clock-control none -k regex:'route_kernel|plan_kernel|permute_kernel|finalize_kernel|moe_gemm_sm90' \
+    --launch-count 6 --section SpeedOfLight -f -o "$rep.all" "$bin/fp4moe-bench" $bench_args --tokens "$T" > /dev/null 2>&1
+  echo "=== ncu breakdown $preset T=$T exit $?"
+  ncu --import "$rep.all.ncu-rep" --page details > "$out/breakdown_${preset}_${T}.txt" 2>&1
+  grep -E "^  [a-z_:<>0-9A-Za-z]+.*\(|Duration|DRAM Throughput" "$out/breakdown_${preset}_${T}.txt" | sed 's/^ *//' | cut -c1-120
 done
