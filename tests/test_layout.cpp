@@ -3,6 +3,8 @@
 // for every code and every scale byte, and the GEMM1 gate/up interleave pairs the right rows.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <set>
 
 #include "fp4moe/numerics.h"
@@ -80,27 +82,69 @@ TEST(WeightLayout, FragmentBitsOfFullWordsAreTheCodesAlone) {
   EXPECT_EQ(seen, 0xffffffffu);
 }
 
+// Every checkpoint scale byte (e4m3: all 256, zero, negative and NaN included; e8m0: the accepted
+// range and NaN) through the repack (scale code, code transform) and the kernels' decode (scale pair
+// from the thread's scale bytes, bit placement, one bf16 multiply per register) gives exactly
+// code * scale * 2^-7 for every code, NaN for a NaN scale.
 TEST(WeightLayout, RegisterDecodeIsExactForAllCodesAndScales) {
   for (bool mx : {false, true}) {
+    const ScaleCodec codec = scale_codec(mx);
     for (int sb = 0; sb < 256; ++sb) {
-      if (mx && (sb < kMinE8m0 || sb > kMaxE8m0)) continue;
-      if (!mx && (sb & 0x7f) == 0x7f) continue;  // NaN scale: NaN out, not a number to compare
-      const uint16_t S = float_to_bf16(prescaled_scale(uint8_t(sb), mx));
-      ASSERT_EQ(double(bf16_to_float(S)), double(prescaled_scale(uint8_t(sb), mx))) << "scale not exact in bf16";
+      if (mx && sb != 0xff && (sb < kMinE8m0 || sb > kMaxE8m0)) continue;  // rejected by upload_weights
+      const RepackedScale rs = repack_scale(uint8_t(sb), mx);
       const double scale = mx ? double(e8m0_to_float(uint8_t(sb))) : double(e4m3_to_float(uint8_t(sb)));
-      for (int code = 0; code < 16; ++code) {
-        for (int q = 0; q < 4; ++q) {
-          const uint32_t w = pack_code(pack_code(0, q, 0, uint8_t(code)), q, 1, uint8_t(15 - code));
-          const uint32_t r = fragment_bits(w, q);  // decode_k16's register q, before the scale
-          const uint16_t lo = bf16_mul(uint16_t(r & 0xffff), S), hi = bf16_mul(uint16_t(r >> 16), S);
-          const double want_lo = double(e2m1_to_float(uint8_t(code))) * scale / 128.0;
-          const double want_hi = double(e2m1_to_float(uint8_t(15 - code))) * scale / 128.0;
-          ASSERT_EQ(double(bf16_to_float(lo)), want_lo) << "q " << q << " code " << code << " scale byte " << sb;
-          ASSERT_EQ(double(bf16_to_float(hi)), want_hi) << "q " << q << " code " << 15 - code << " scale " << sb;
+      ASSERT_TRUE(std::isnan(scale) || double(scale_of_code(rs.code, mx)) == std::fabs(scale) || scale == 0.0)
+          << "scale byte " << sb;
+      for (int other = 0; other < 152; other += 50) {  // another valid code in the thread's other bytes
+        for (int j = 0; j < 4; ++j) {
+          for (int row = 0; row < 2; ++row) {  // this scale as row r0's (registers 0, 2) or r1's (1, 3)
+            uint8_t bytes[8];
+            for (int i = 0; i < 8; ++i) bytes[i] = uint8_t(other);
+            bytes[2 * j + row] = rs.code;
+            uint32_t words[2];
+            std::memcpy(words, bytes, 8);
+            const uint32_t pair = scale_pair_bits(words[j / 2], j, codec);
+            const uint16_t S = uint16_t(row ? pair >> 16 : pair & 0xffff);
+            ASSERT_EQ(uint16_t(row ? pair & 0xffff : pair >> 16), uint16_t(other * codec.mul + codec.bias))
+                << "the other row's scale of step " << j;
+            for (int code = 0; code < 16; ++code) {
+              const uint8_t stored = rs.zero_codes ? 0 : uint8_t(code ^ rs.code_xor);
+              for (int q = row; q < 4; q += 2) {
+                const uint32_t w = pack_code(pack_code(0, q, 0, stored), q, 1, stored);
+                const uint32_t r = fragment_bits(w, q);
+                const uint16_t lo = bf16_mul(uint16_t(r & 0xffff), S), hi = bf16_mul(uint16_t(r >> 16), S);
+                const double want = double(e2m1_to_float(uint8_t(code))) * scale / 128.0;
+                if (std::isnan(scale)) {
+                  ASSERT_TRUE(std::isnan(bf16_to_float(lo)) && std::isnan(bf16_to_float(hi))) << sb;
+                } else {
+                  ASSERT_EQ(double(bf16_to_float(lo)), want) << "q " << q << " code " << code << " scale byte " << sb;
+                  ASSERT_EQ(double(bf16_to_float(hi)), want) << "q " << q << " code " << code << " scale byte " << sb;
+                }
+              }
+            }
+          }
         }
       }
     }
   }
+}
+
+// The scale codes of a unit: a bijection of (row, block) onto its 256 bytes, and thread t's 8 bytes at
+// (t / 4) * 8 are its rows r0 / r1 (fragment_coord's q = 0 / 1) at 2 j / 2 j + 1, as the kernel reads them.
+TEST(WeightLayout, ScaleCodesOfAThreadAreItsRowsPairs) {
+  std::set<int> seen;
+  for (int ur = 0; ur < 64; ++ur)
+    for (int blk = 0; blk < 4; ++blk) {
+      const int off = scale_code_offset(ur, blk);
+      ASSERT_TRUE(off >= 0 && off < kUnitScaleBytes);
+      ASSERT_TRUE(seen.insert(off).second);
+    }
+  for (int t = 0; t < 128; ++t)
+    for (int j = 0; j < 4; ++j) {
+      EXPECT_EQ(scale_code_offset(fragment_coord(t, j, 0, 0).row, j), (t / 4) * 8 + 2 * j);
+      EXPECT_EQ(scale_code_offset(fragment_coord(t, j, 1, 0).row, j), (t / 4) * 8 + 2 * j + 1);
+      EXPECT_EQ(fragment_coord(t, j, 0, 0).col / 16, j);  // step j is k16 block j of the unit
+    }
 }
 
 TEST(WeightLayout, Gemm1InterleavePairsGateAndUpRows) {

@@ -28,8 +28,7 @@ struct MoeGemmParams {
   const float* a2_gs = nullptr;
   const float* w13_bias = nullptr;
   const float* w2_bias = nullptr;
-  const uint32_t* scale_lut = nullptr;
-  bool mxfp4 = false;
+  bool mxfp4 = false;  // scale codes of MXFP4 (else NVFP4) weights: layout::scale_codec
   int num_local_experts = 0;
   int64_t hidden = 0;
   int64_t inter_local = 0;

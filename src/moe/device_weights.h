@@ -26,7 +26,6 @@ struct DeviceWeights {
   float* w13_bias = nullptr;   // [E_local, 2*I_local] linear order (gate rows, then up rows)
   float* w2_bias = nullptr;    // [E_local, H]
   float* routing_bias = nullptr;  // [E_global]
-  uint32_t* scale_lut = nullptr;  // [256] bf16x2 {S, S} prescaled scale of each scale byte
   size_t bytes = 0;
   std::vector<void*> allocations;
 

@@ -281,7 +281,6 @@ Status MoeLayer::forward(const ForwardArgs& a, void* workspace, size_t workspace
   g.a2_gs = m.weights.a2_gs;
   g.w13_bias = m.weights.w13_bias;
   g.w2_bias = m.weights.w2_bias;
-  g.scale_lut = m.weights.scale_lut;
   g.mxfp4 = m.weights.mxfp4;
   g.num_local_experts = m.shard.num_local_experts;
   g.hidden = p.hidden_size;

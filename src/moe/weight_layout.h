@@ -16,10 +16,13 @@
 //     with 4 rotations and 5 masks: registers 0, 1, 2 each come from one rotation (0, 10, 4) and one
 //     AND, register 3 from two (m0, m1 and the sign by 6, m2 by 14). No placement does it with fewer
 //     (four single-rotation registers cannot tile the 32 bits).
-//   - 256 bytes of scales, [64 rows][4 blocks of 16], one byte per (row, k16 block): the e4m3 byte
-//     (NVFP4) or the e8m0 byte of the 32-block (MXFP4, duplicated). kWeightPrescaleLog2 = 7 is folded
-//     into the epilogue's alpha.
-// Rows and K beyond the matrix are zero codes with scale byte 0.
+//   - 256 bytes of scale codes, one byte per (row, k16 block), in pairs: thread t's rows r0 and r1
+//     are the 8 bytes at (t / 4) * 8, ordered (r0 block 0, r1 block 0, r0 block 1, r1 block 1, ...),
+//     so one 8-byte load gives a thread all its scales, and one byte permute plus one integer
+//     multiply-add turns the pair of k16 step j into a bf16x2 of prescaled scales {S(r0), S(r1)}
+//     (ScaleCodec below); the multiplies of registers q pick their row's half (.H0_H0 / .H1_H1).
+//     kWeightPrescaleLog2 = 7 is folded into the epilogue's alpha.
+// Rows and K beyond the matrix are zero codes with scale code 0.
 //
 // GEMM1 (w13, M = 2I) interleaves gate and up rows so that one thread's rows r0 and r1 are the gate
 // and up rows of the same intermediate index: unit row u = 16g + s of unit mu is intermediate index
@@ -141,24 +144,96 @@ FP4MOE_HD uint8_t load_code(const uint8_t* base, const GemmWeightShape& s, int64
   word = uint32_t(p[0]) | (uint32_t(p[1]) << 8) | (uint32_t(p[2]) << 16) | (uint32_t(p[3]) << 24);
   return unpack_code(word, f.q, f.half);
 }
-FP4MOE_HD uint8_t load_scale(const uint8_t* base, const GemmWeightShape& s, int64_t expert, int64_t mu, int ur,
-                             int64_t k) {
+// Byte offset of the scale code of (unit row ur, k16 block blk) inside a unit's scale bytes.
+FP4MOE_HD int scale_code_offset(int ur, int blk) {
+  const int pair = (ur / 16) * 8 + ur % 8, half = (ur % 16) / 8;
+  return pair * 8 + blk * 2 + half;
+}
+FP4MOE_HD uint8_t load_scale_code(const uint8_t* base, const GemmWeightShape& s, int64_t expert, int64_t mu, int ur,
+                                  int64_t k) {
   const uint8_t* unit = base + s.unit_offset(expert, mu, k / kUnitK);
-  return unit[kUnitCodeBytes + ur * 4 + int(k % kUnitK) / 16];
+  return unit[kUnitCodeBytes + scale_code_offset(ur, int(k % kUnitK) / 16)];
 }
 
-// The prescaled scale a scale byte stands for: scale * 2^(126 - kWeightPrescaleLog2), exact in bf16
-// for every e4m3 byte and for e8m0 bytes in [kMinE8m0, kMaxE8m0].
+// The e8m0 scale bytes (MXFP4) whose products with e2m1 codes, prescaled, are exact bf16 numbers.
 constexpr int kMinE8m0 = kWeightPrescaleLog2 - 5;     // smallest product still exact in bf16
 constexpr int kMaxE8m0 = 128 + kWeightPrescaleLog2;  // largest prescaled scale below bf16's max
-FP4MOE_HD float prescaled_scale(uint8_t byte, bool mxfp4) {
-  const float two_pow = bits_float(uint32_t(127 + 126 - kWeightPrescaleLog2) << 23);  // 2^119
+
+// Scale codes. A block scale is stored as a code c whose prescaled scale, scale * 2^(126 - 7), has the
+// bf16 bits c * mul + bias: the kernels decode two codes at once with one integer multiply-add on a
+// word holding them in its two 16-bit halves (c * mul < 2^15 and no carry into the other half).
+//   NVFP4: c = ((E + 9) << 3) | m for a positive e4m3 scale 2^E (1 + m / 8), E in [-9, 8] (subnormal
+//          e4m3 scales are normal numbers here); mul 16, bias 237 << 7: bf16 exponent E + 246.
+//   MXFP4: c = the e8m0 byte b in [kMinE8m0, kMaxE8m0]; mul 128, bias 119 << 7: 2^(b - 8).
+// Scales that are not positive numbers are folded into the block's codes when repacking (exact: the
+// products code * scale do not change): a zero scale zeroes the codes (then any c works: 0); a
+// negative one flips the codes' signs and stores |scale|; a NaN zeroes the codes and stores the code
+// of +Inf (inf_scale_code), so that every product is 0 * Inf = NaN, as code * NaN is.
+struct ScaleCodec {
+  uint32_t mul, bias;
+};
+FP4MOE_HD ScaleCodec scale_codec(bool mxfp4) {
+  return mxfp4 ? ScaleCodec{128u, 119u << 7} : ScaleCodec{16u, 237u << 7};
+}
+FP4MOE_HD uint8_t inf_scale_code(bool mxfp4) { return mxfp4 ? uint8_t(136) : uint8_t(18 << 3); }
+FP4MOE_HD uint16_t prescaled_scale_bits(uint8_t c, bool mxfp4) {
+  const ScaleCodec k = scale_codec(mxfp4);
+  return uint16_t(c * k.mul + k.bias);
+}
+
+// How a checkpoint's scale byte (e4m3 or e8m0) is repacked: its code and what happens to its codes.
+struct RepackedScale {
+  uint8_t code = 0;
+  uint8_t code_xor = 0;     // xor-ed into every e2m1 code of the block (8: flip the sign)
+  bool zero_codes = false;  // the block's codes become 0
+};
+FP4MOE_HD RepackedScale repack_scale(uint8_t byte, bool mxfp4) {
+  RepackedScale r;
   if (mxfp4) {
-    // 2^(byte-127) * 2^(126-7) = 2^(byte-8): fp32 exponent field byte + 119.
-    if (byte == 0xff) return bits_float(0x7fc00000u);
-    return bits_float(uint32_t(byte + 126 - kWeightPrescaleLog2) << 23);
+    if (byte == 0xff) {
+      r.code = inf_scale_code(true);
+      r.zero_codes = true;
+    } else {
+      r.code = byte;  // in [kMinE8m0, kMaxE8m0]: upload_weights rejects the rest
+    }
+    return r;
   }
-  return e4m3_to_float(byte) * two_pow;
+  const uint8_t mag = byte & 0x7f;
+  if (mag == 0x7f) {  // NaN
+    r.code = inf_scale_code(false);
+    r.zero_codes = true;
+    return r;
+  }
+  if (mag == 0) {
+    r.zero_codes = true;
+    return r;
+  }
+  if (byte & 0x80) r.code_xor = 8;
+  const int f = mag >> 3, m = mag & 7;
+  if (f > 0) {
+    r.code = uint8_t(mag + 16);  // 2^(f - 7) (1 + m / 8): E + 9 = f + 2
+  } else {
+    const int msb = m >= 4 ? 2 : m >= 2 ? 1 : 0;  // subnormal m * 2^-9 = 2^(msb - 9) (m / 2^msb)
+    r.code = uint8_t((msb << 3) | ((m << (3 - msb)) & 7));
+  }
+  return r;
+}
+
+// The block scale a scale code stands for (the true scale, without the prescale): Inf for the NaN
+// marker (whose codes are zero, so products are NaN).
+FP4MOE_HD float scale_of_code(uint8_t c, bool mxfp4) {
+  return bf16_to_float(prescaled_scale_bits(c, mxfp4)) * bits_float(uint32_t(127 - 119) << 23);
+}
+
+// The kernels' decode of k16 step j's two scale codes (rows r0 and r1) from the thread's 8 scale
+// bytes (word 0: steps 0 and 1, word 1: steps 2 and 3): bf16x2 {S(r0), S(r1)}.
+FP4MOE_HD uint32_t scale_pair_bits(uint32_t word, int j, ScaleCodec k) {
+#if defined(__CUDA_ARCH__)
+  const uint32_t pair = __byte_perm(word, 0u, (j & 1) ? 0x4342u : 0x4140u);
+#else
+  const uint32_t pair = (j & 1) ? ((word >> 16) & 0xffu) | ((word >> 24) << 16) : (word & 0xffu) | ((word >> 8) & 0xffu) << 16;
+#endif
+  return pair * k.mul + (k.bias | (k.bias << 16));
 }
 
 }  // namespace fp4moe::layout

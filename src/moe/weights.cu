@@ -80,10 +80,11 @@ struct DummySource {
 };
 
 // One thread per 32-bit code word of the unit-tiled layout, experts [0, num_experts) of `src`
-// written at expert offset `expert_offset` of `out`.
+// written at expert offset `expert_offset` of `out`. A code whose block scale is not a positive
+// number is transformed as layout::repack_scale says (the products code * scale stay the same).
 template <typename Source>
 __global__ void repack_codes_kernel(Source src, layout::GemmWeightShape s, int64_t num_experts,
-                                    int64_t expert_offset, uint8_t* out) {
+                                    int64_t expert_offset, bool mxfp4, uint8_t* out) {
   const int64_t words_per_unit = layout::kUnitCodeBytes / 4;  // 512 = 128 threads x 4 k16 steps
   const int64_t total = num_experts * s.m_units() * s.k_units() * words_per_unit;
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
@@ -102,7 +103,11 @@ __global__ void repack_codes_kernel(Source src, layout::GemmWeightShape s, int64
         const layout::FragmentCoord c = layout::fragment_coord(thread, j, q, half);
         const int64_t row = s.source_row(mu, c.row);
         const int64_t col = ku * layout::kUnitK + c.col;
-        const uint8_t code = (row >= 0 && col < s.k) ? src.code(e, row, col) : 0;
+        uint8_t code = 0;
+        if (row >= 0 && col < s.k) {
+          const layout::RepackedScale rs = layout::repack_scale(src.scale(e, row, col), mxfp4);
+          code = rs.zero_codes ? 0 : uint8_t(src.code(e, row, col) ^ rs.code_xor);
+        }
         word = layout::pack_code(word, q, half, code);
       }
     }
@@ -112,7 +117,7 @@ __global__ void repack_codes_kernel(Source src, layout::GemmWeightShape s, int64
 
 template <typename Source>
 __global__ void repack_scales_kernel(Source src, layout::GemmWeightShape s, int64_t num_experts,
-                                     int64_t expert_offset, uint8_t* out) {
+                                     int64_t expert_offset, bool mxfp4, uint8_t* out) {
   const int64_t per_unit = layout::kUnitScaleBytes;  // 64 rows x 4 blocks
   const int64_t total = num_experts * s.m_units() * s.k_units() * per_unit;
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
@@ -124,8 +129,8 @@ __global__ void repack_scales_kernel(Source src, layout::GemmWeightShape s, int6
     const int64_t ku = unit % s.k_units();
     const int64_t row = s.source_row(mu, ur);
     const int64_t col = ku * layout::kUnitK + blk * 16;
-    const uint8_t b = (row >= 0 && col < s.k) ? src.scale(e, row, col) : 0;
-    out[s.unit_offset(expert_offset + e, mu, ku) + layout::kUnitCodeBytes + ur * 4 + blk] = b;
+    const uint8_t c = (row >= 0 && col < s.k) ? layout::repack_scale(src.scale(e, row, col), mxfp4).code : 0;
+    out[s.unit_offset(expert_offset + e, mu, ku) + layout::kUnitCodeBytes + layout::scale_code_offset(ur, blk)] = c;
   }
 }
 
@@ -133,12 +138,12 @@ unsigned grid_for(int64_t n) { return unsigned(std::min<int64_t>((n + kThreads -
 
 template <typename Source>
 Status launch_repack(const Source& src, const layout::GemmWeightShape& s, int64_t num_experts,
-                     int64_t expert_offset, uint8_t* out) {
+                     int64_t expert_offset, bool mxfp4, uint8_t* out) {
   if (num_experts == 0) return Status::Ok();
   const int64_t units = num_experts * s.m_units() * s.k_units();
-  repack_codes_kernel<<<grid_for(units * 512), kThreads>>>(src, s, num_experts, expert_offset, out);
+  repack_codes_kernel<<<grid_for(units * 512), kThreads>>>(src, s, num_experts, expert_offset, mxfp4, out);
   FP4MOE_CUDA_LAUNCH_CHECK(repack_codes_kernel);
-  repack_scales_kernel<<<grid_for(units * 256), kThreads>>>(src, s, num_experts, expert_offset, out);
+  repack_scales_kernel<<<grid_for(units * 256), kThreads>>>(src, s, num_experts, expert_offset, mxfp4, out);
   FP4MOE_CUDA_LAUNCH_CHECK(repack_scales_kernel);
   return Status::Ok();
 }
@@ -164,7 +169,7 @@ Status upload(DeviceWeights* w, const std::vector<T>& host, T** out) {
   return Status::Ok();
 }
 
-// Shapes, weight buffers, the scale LUT and the per-expert constants from host-side scales.
+// Shapes, weight buffers and the per-expert constants from host-side scales.
 Status init_common(const MoeProblem& p, const WeightShard& shard, const std::vector<float>& w13_s2,
                    const std::vector<float>& w2_s2, const std::vector<float>& a13_s2,
                    const std::vector<float>& a2_s2, DeviceWeights* w) {
@@ -177,12 +182,6 @@ Status init_common(const MoeProblem& p, const WeightShard& shard, const std::vec
   w->g2 = {p.hidden_size, shard.inter_local, false};
   FP4MOE_RETURN_IF_ERROR(device_alloc(w, size_t(w->g1.expert_bytes() * shard.num_local_experts), &w->w13));
   FP4MOE_RETURN_IF_ERROR(device_alloc(w, size_t(w->g2.expert_bytes() * shard.num_local_experts), &w->w2));
-  std::vector<uint32_t> lut(256);
-  for (int b = 0; b < 256; ++b) {
-    const uint32_t h = float_to_bf16(layout::prescaled_scale(uint8_t(b), w->mxfp4));
-    lut[b] = h | (h << 16);
-  }
-  FP4MOE_RETURN_IF_ERROR(upload(w, lut, &w->scale_lut));
   const int E = shard.num_local_experts;
   std::vector<float> alpha1(E), alpha2(E), a1_gs(E, 1.0f), a2_gs(E, 1.0f);
   for (int e = 0; e < E; ++e) {
@@ -248,11 +247,11 @@ Status upload_weights(const MoeProblem& p, const MoeWeightsView& h, const Weight
         FP4MOE_CUDA_RETURN(cudaMemcpy(codes, h.w13 + e0 * 2 * Il * H / 2, size_t(n * 2 * Il * H / 2), cudaMemcpyHostToDevice));
         FP4MOE_CUDA_RETURN(cudaMemcpy(scales, h.w13_scale + e0 * 2 * Il * H / bs, size_t(n * 2 * Il * H / bs),
                                       cudaMemcpyHostToDevice));
-        FP4MOE_RETURN_IF_ERROR(launch_repack(LinearSource{codes, scales, 2 * Il, H, bs}, w.g1, n, e0, w.w13));
+        FP4MOE_RETURN_IF_ERROR(launch_repack(LinearSource{codes, scales, 2 * Il, H, bs}, w.g1, n, e0, mx, w.w13));
         FP4MOE_CUDA_RETURN(cudaDeviceSynchronize());
         FP4MOE_CUDA_RETURN(cudaMemcpy(codes, h.w2 + e0 * H * Il / 2, size_t(n * H * Il / 2), cudaMemcpyHostToDevice));
         FP4MOE_CUDA_RETURN(cudaMemcpy(scales, h.w2_scale + e0 * H * Il / bs, size_t(n * H * Il / bs), cudaMemcpyHostToDevice));
-        FP4MOE_RETURN_IF_ERROR(launch_repack(LinearSource{codes, scales, H, Il, bs}, w.g2, n, e0, w.w2));
+        FP4MOE_RETURN_IF_ERROR(launch_repack(LinearSource{codes, scales, H, Il, bs}, w.g2, n, e0, mx, w.w2));
         FP4MOE_CUDA_RETURN(cudaDeviceSynchronize());
       }
       return Status::Ok();
@@ -297,8 +296,8 @@ Status make_dummy_weights(const MoeProblem& p, uint64_t seed, const WeightShard&
     const int bs = p.block_size();
     DummySource s13{seed, kDummyW13, kDummyW13Scale, shard.expert_begin, 2 * I, H, I, shard.inter_begin, Il, true, mx, bs};
     DummySource s2{seed, kDummyW2, kDummyW2Scale, shard.expert_begin, H, I, I, shard.inter_begin, Il, false, mx, bs};
-    FP4MOE_RETURN_IF_ERROR(launch_repack(s13, w.g1, E, 0, w.w13));
-    FP4MOE_RETURN_IF_ERROR(launch_repack(s2, w.g2, E, 0, w.w2));
+    FP4MOE_RETURN_IF_ERROR(launch_repack(s13, w.g1, E, 0, mx, w.w13));
+    FP4MOE_RETURN_IF_ERROR(launch_repack(s2, w.g2, E, 0, mx, w.w2));
     FP4MOE_CUDA_RETURN(cudaDeviceSynchronize());
     if (p.has_bias) {
       std::vector<float> b13(size_t(E) * 2 * Il), b2(size_t(E) * H, 0.0f);

@@ -21,8 +21,7 @@ constexpr int kChunk = 64;
 __device__ float weight_value(const uint8_t* base, const layout::GemmWeightShape& s, bool mxfp4, int e,
                               int64_t mu, int ur, int64_t k) {
   const uint8_t code = layout::load_code(base, s, e, mu, ur, k);
-  const uint8_t sb = layout::load_scale(base, s, e, mu, ur, k);
-  const float scale = mxfp4 ? e8m0_to_float(sb) : e4m3_to_float(sb);
+  const float scale = layout::scale_of_code(layout::load_scale_code(base, s, e, mu, ur, k), mxfp4);
   return e2m1_to_float(code) * scale * (1.0f / 128.0f);
 }
 

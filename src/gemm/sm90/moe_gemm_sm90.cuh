@@ -101,8 +101,7 @@ struct Sm90Traits {
   static constexpr int kOffB = 0;  // [kStages][kBTileBytes]: swizzle atoms need 1024-byte alignment
   static constexpr int kOffW = kOffB + kStages * kBTileBytes;  // [kStages][kConsumers][2304]
   static constexpr int kOffStaging = kOffW + kStages * kWeightStageBytes;
-  static constexpr int kOffLut = kOffStaging + kConsumers * kStagingBytes;  // 256 x bf16x2
-  static constexpr int kOffRowWeight = kOffLut + 1024;                      // [kConsumers][kBN] fp32
+  static constexpr int kOffRowWeight = kOffStaging + kConsumers * kStagingBytes;  // [kConsumers][kBN] fp32
   static constexpr int kOffTileStart = kOffRowWeight + kConsumers * kBN * 4;  // int32 [kMaxLocalExperts + 1]
   static constexpr int kOffBars = kOffTileStart + ((kMaxLocalExperts + 1) * 4 + 15) / 16 * 16;
   static constexpr int kSmemBytes = kOffBars + 2 * kStages * 8 + 1024;      // + alignment slack
@@ -139,12 +138,13 @@ struct Sm90Traits {
 };
 
 // The four bf16x2 A registers of one k16 step from its 32-bit code word (layout in weight_layout.h)
-// and the two rows' prescaled scales: code * 2^-126 via bit placement, times scale * 2^119 (exact).
-__device__ __forceinline__ void decode_k16(uint32_t w, uint32_t s_r0, uint32_t s_r1, uint32_t (&a)[4]) {
-  a[0] = bf16x2_mul(layout::fragment_bits(w, 0), s_r0);
-  a[1] = bf16x2_mul(layout::fragment_bits(w, 1), s_r1);
-  a[2] = bf16x2_mul(layout::fragment_bits(w, 2), s_r0);
-  a[3] = bf16x2_mul(layout::fragment_bits(w, 3), s_r1);
+// and the pair {S(r0), S(r1)} of its rows' prescaled scales: code * 2^-126 via bit placement, times
+// scale * 2^119 (exact); registers 0 and 2 are row r0's, 1 and 3 row r1's.
+__device__ __forceinline__ void decode_k16(uint32_t w, uint32_t s_pair, uint32_t (&a)[4]) {
+  a[0] = bf16x2_mul_lo(layout::fragment_bits(w, 0), s_pair);
+  a[1] = bf16x2_mul_hi(layout::fragment_bits(w, 1), s_pair);
+  a[2] = bf16x2_mul_lo(layout::fragment_bits(w, 2), s_pair);
+  a[3] = bf16x2_mul_hi(layout::fragment_bits(w, 3), s_pair);
 }
 
 template <class T>
@@ -167,7 +167,7 @@ struct ConsumerCtx {
   uint8_t* smem;
   uint64_t* full;
   uint64_t* empty;
-  const uint32_t* lut;
+  layout::ScaleCodec scale_codec;
   uint8_t* staging;
   float* row_weight;
   int c, tid, warp, lane, r0;
@@ -203,7 +203,7 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
   // (opaque_u32: ptxas would otherwise recompute them from the thread index in every iteration.)
   const uint32_t w_base = smem_addr(x.smem + T::kOffW + x.c * layout::kUnitBytes);
   const uint32_t my_codes = opaque_u32(w_base + x.tid * 16);
-  const uint32_t my_scales = opaque_u32(w_base + layout::kUnitCodeBytes + x.r0 * 4);
+  const uint32_t my_scales = opaque_u32(w_base + layout::kUnitCodeBytes + (x.tid / 4) * 8);
   const uint64_t desc_stage0 = opaque_u64(smem_desc_k128(smem_addr(x.smem + T::kOffB)));
   const int my_lane = int(opaque_u32(uint32_t(x.lane)));
   auto chunk = [&](auto buf_tag) {
@@ -212,8 +212,7 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
     if (active) {
       const uint32_t w_off = uint32_t(ps.stage * T::kWeightStageBytes);
       const uint4 codes = lds_u32x4(my_codes + w_off);
-      const uint32_t sc0 = lds_u32(my_scales + w_off);
-      const uint32_t sc1 = lds_u32(my_scales + w_off + 8 * 4);
+      const uint2 sc = lds_u32x2(my_scales + w_off);  // scale codes of k16 steps 0-1 and 2-3
       const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
       if constexpr (kBufs == 1) {
         cute::warpgroup_wait<0>();  // the previous chunk's MMAs no longer read the fragments
@@ -221,7 +220,7 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
       }
 #pragma unroll
       for (int j = 0; j < 4; ++j)
-        decode_k16(words[j], x.lut[(sc0 >> (8 * j)) & 0xff], x.lut[(sc1 >> (8 * j)) & 0xff], a[buf][j]);
+        decode_k16(words[j], layout::scale_pair_bits(j < 2 ? sc.x : sc.y, j, x.scale_codec), a[buf][j]);
       fence_fragments(a[buf]);
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
@@ -371,13 +370,11 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + T::kOffBars);
   uint64_t* empty = full + T::kStages;
-  uint32_t* lut = reinterpret_cast<uint32_t*>(smem + T::kOffLut);
   int32_t* tile_start = reinterpret_cast<int32_t*>(smem + T::kOffTileStart);
 
   const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);  // warp-uniform for ptxas
   const int tid = threadIdx.x % 128;
   // Prologue: independent of the previous kernel, so it overlaps it (programmatic dependent launch).
-  for (int i = threadIdx.x; i < 256; i += blockDim.x) lut[i] = p.scale_lut[i];
   if (threadIdx.x == 0) {
     for (int s = 0; s < T::kStages; ++s) {
       mbar_init(&full[s], 1);
@@ -435,7 +432,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   x.smem = smem;
   x.full = full;
   x.empty = empty;
-  x.lut = lut;
+  x.scale_codec = layout::scale_codec(p.mxfp4);
   x.c = __shfl_sync(0xffffffffu, wg - 1, 0);
   x.tid = tid;
   x.warp = tid / 32;

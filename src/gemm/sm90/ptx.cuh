@@ -31,6 +31,11 @@ __device__ __forceinline__ uint32_t lds_u32(uint32_t addr) {
   asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
   return v;
 }
+__device__ __forceinline__ uint2 lds_u32x2(uint32_t addr) {
+  uint2 v;
+  asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(addr) : "memory");
+  return v;
+}
 __device__ __forceinline__ uint4 lds_u32x4(uint32_t addr) {
   uint4 v;
   asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr)
@@ -111,9 +116,24 @@ __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads
 }
 
 // a * b + (-0) on bf16x2: an exact product here, with subnormal inputs honoured (no flush).
-__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+// a * {lo(s), lo(s)} and a * {hi(s), hi(s)}: ptxas folds the half broadcast into the multiply's
+// operand (HMUL2 ... R.H0_H0 / R.H1_H1), no extra instruction.
+__device__ __forceinline__ uint32_t bf16x2_mul_lo(uint32_t a, uint32_t s) {
   uint32_t d;
-  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
+  asm("{.reg .b16 lo, hi; .reg .b32 ss;\n\t"
+      "mov.b32 {lo, hi}, %2;\n\t"
+      "mov.b32 ss, {lo, lo};\n\t"
+      "fma.rn.bf16x2 %0, %1, ss, %3;}"
+      : "=r"(d) : "r"(a), "r"(s), "r"(0x80008000u));
+  return d;
+}
+__device__ __forceinline__ uint32_t bf16x2_mul_hi(uint32_t a, uint32_t s) {
+  uint32_t d;
+  asm("{.reg .b16 lo, hi; .reg .b32 ss;\n\t"
+      "mov.b32 {lo, hi}, %2;\n\t"
+      "mov.b32 ss, {hi, hi};\n\t"
+      "fma.rn.bf16x2 %0, %1, ss, %3;}"
+      : "=r"(d) : "r"(a), "r"(s), "r"(0x80008000u));
   return d;
 }
 
