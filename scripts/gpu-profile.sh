@@ -6,6 +6,9 @@
 #                                 duration and throughput, to see where the layer's time goes
 # Clocks are left alone (--clock-control none). Expects the binaries unpacked (scripts/gpu-check.sh
 # does it; or `tar -C gpubin -xzf gpubin/bin.tar.gz`).
+#   stalls_<preset>_<T>.txt       with FP4MOE_PROFILE_SOURCE=1 (instead of the two above): GEMM1's warp
+#                                 stall reasons, and per SASS instruction (source page, CSV) the
+#                                 samples of where its warps stalled
 # Usage: scripts/gpu-profile.sh PRESET T [T...]   (env FP4MOE_PROFILE_ARGS: extra fp4moe-bench args)
 set -u
 out=${OUT:-/tmp/fp4moe-out}
@@ -16,6 +19,16 @@ preset=$1; shift
 bench_args="--preset $preset --iters 1 --warmup 0 --routing random ${FP4MOE_PROFILE_ARGS:-}"
 for T in "$@"; do
   rep="/tmp/prof_${preset}_${T}"
+  if [ "${FP4MOE_PROFILE_SOURCE:-0}" = 1 ]; then
+    timeout 300 ncu --clock-control none -k regex:moe_gemm_sm90 --launch-count 1 --import-source no \
+      --section WarpStateStats --section SourceCounters -f -o "$rep.src" "$bin/fp4moe-bench" $bench_args --tokens "$T" \
+      > /dev/null 2>&1
+    echo "=== ncu stalls $preset T=$T exit $?"
+    { ncu --import "$rep.src.ncu-rep" --page details --print-details all
+      ncu --import "$rep.src.ncu-rep" --page source --csv --print-source sass; } > "$out/stalls_${preset}_${T}.txt" 2>&1
+    grep -iE "stall|warp cycles" "$out/stalls_${preset}_${T}.txt" | head -40
+    continue
+  fi
   timeout 300 ncu --clock-control none -k regex:moe_gemm_sm90 --launch-count 2 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
     --section Occupancy --section LaunchStats --section InstructionStats --section ComputeWorkloadAnalysis \
