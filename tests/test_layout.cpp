@@ -147,6 +147,30 @@ TEST(WeightLayout, ScaleCodesOfAThreadAreItsRowsPairs) {
     }
 }
 
+// Units tile each expert's bytes exactly once, and the units an m-block of 2 or 4 consumers decodes
+// for one K chunk are contiguous (the sm90 producer fetches them with one copy), for every m_units.
+TEST(WeightLayout, UnitGroupsTileTheExpertAndKeepAChunkContiguous) {
+  for (int64_t m_units = 1; m_units <= 9; ++m_units)
+    for (int64_t k_units : {1, 3}) {
+      const GemmWeightShape s{m_units * kUnitRows, k_units * kUnitK, false};
+      std::set<int64_t> seen;
+      for (int64_t e = 0; e < 2; ++e)
+        for (int64_t mu = 0; mu < m_units; ++mu)
+          for (int64_t ku = 0; ku < k_units; ++ku) {
+            const int64_t off = s.unit_offset(e, mu, ku);
+            ASSERT_EQ(off % kUnitBytes, 0);
+            ASSERT_TRUE(off >= 0 && off < 2 * s.expert_bytes());
+            ASSERT_TRUE(seen.insert(off).second) << "m_units " << m_units << " mu " << mu << " ku " << ku;
+          }
+      EXPECT_EQ(int64_t(seen.size()), 2 * m_units * k_units);
+      for (int consumers : {2, 4})
+        for (int64_t mb = 0; mb * consumers < m_units; ++mb)
+          for (int64_t ku = 0; ku < k_units; ++ku)
+            for (int c = 1; c < consumers && mb * consumers + c < m_units; ++c)
+              ASSERT_EQ(s.unit_offset(1, mb * consumers + c, ku), s.unit_offset(1, mb * consumers, ku) + c * kUnitBytes);
+    }
+}
+
 TEST(WeightLayout, Gemm1InterleavePairsGateAndUpRows) {
   GemmWeightShape s{2 * 96, 128, true};  // I = 96: 3 units
   EXPECT_EQ(s.m_units(), 3);

@@ -1,8 +1,11 @@
 // The repacked ("unit-tiled") weight layout the CUDA kernels read, shared by the repack kernels, the
 // SIMT reference kernels and the sm90 wgmma kernels. One definition, host and device.
 //
-// A weight matrix W_e [M rows, K] is cut into units of 64 rows x 64 K elements. Unit (e, mu, ku) is
-// 2304 contiguous bytes at e * expert_bytes + (mu * k_units + ku) * 2304:
+// A weight matrix W_e [M rows, K] is cut into units of 64 rows x 64 K elements, 2304 bytes each. Units
+// are grouped by 4 consecutive mu (kUnitGroup; the last group of a matrix may hold fewer): a group
+// stores its units ku-major, so the 2 or 4 units that the consumer warpgroups of one CTA decode for
+// one K chunk are contiguous and arrive with a single bulk copy. Unit (e, mu, ku), in group g = mu / 4
+// of size gs, is at e * expert_bytes + (4 g * k_units + ku * gs + mu % 4) * 2304 (unit_offset):
 //   - 2048 bytes of codes, in the register-fragment order of a warpgroup's wgmma A operand: thread t
 //     of the warpgroup owns 16 bytes at t * 16, one 32-bit word per k16 step j (0..3). Thread t is
 //     warp w = t/32, lane l = t%32; it holds rows r0 = 16w + l/4 and r1 = r0 + 8, and k columns
@@ -43,6 +46,7 @@ constexpr int kUnitScaleBytes = kUnitRows * kUnitK / 16; // 256
 constexpr int kUnitBytes = kUnitCodeBytes + kUnitScaleBytes;
 constexpr int kWeightPrescaleLog2 = 7;
 constexpr int kIntermediatePerUnit = kUnitRows / 2;      // GEMM1: 32 intermediate values per unit
+constexpr int kUnitGroup = 4;                            // units of consecutive mu stored ku-major
 
 FP4MOE_HD int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
@@ -54,7 +58,9 @@ struct GemmWeightShape {
   FP4MOE_HD int64_t k_units() const { return round_up(k, kUnitK) / kUnitK; }
   FP4MOE_HD int64_t expert_bytes() const { return m_units() * k_units() * kUnitBytes; }
   FP4MOE_HD int64_t unit_offset(int64_t expert, int64_t mu, int64_t ku) const {
-    return expert * expert_bytes() + (mu * k_units() + ku) * kUnitBytes;
+    const int64_t g0 = mu / kUnitGroup * kUnitGroup;  // first unit of mu's group
+    const int64_t gs = m_units() - g0 < kUnitGroup ? m_units() - g0 : kUnitGroup;
+    return expert * expert_bytes() + (g0 * k_units() + ku * gs + mu % kUnitGroup) * kUnitBytes;
   }
   // Linear source row of unit row `ur` of unit `mu` (-1: padding).
   FP4MOE_HD int64_t source_row(int64_t mu, int ur) const {

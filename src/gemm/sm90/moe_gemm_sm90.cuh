@@ -10,7 +10,8 @@
 //
 // Warp roles (warp-specialized, persistent): warpgroup 0 is the producer, one thread of which streams
 // each K chunk (64) of the tile's weight units and activation rows into a shared-memory stage with
-// bulk async copies; warpgroups 1..C are consumers, consumer c owning weight unit c of the tile.
+// two bulk async copies (the units of a chunk are contiguous); warpgroups 1..C are consumers,
+// consumer c owning weight unit c of the tile.
 #pragma once
 
 #include <cute/arch/mma_sm90_gmma.hpp>
@@ -124,6 +125,7 @@ struct Sm90Traits {
   static constexpr uint32_t kConsumerRegs = kConsumerRegsRaw > 240 ? 240 : kConsumerRegsRaw;
 
   static_assert(kBN % 8 == 0 && kBTileBytes % 1024 == 0, "token tile must be whole 8-row swizzle atoms");
+  static_assert(layout::kUnitGroup % kConsumers == 0, "a CTA's units of one K chunk must be one contiguous copy");
   static_assert(kWeightStageBytes % 16 == 0 && kOffStaging % 16 == 0, "bulk copies need 16-byte alignment");
   static_assert(kSmemBytes <= 232448 / kCtasPerSm, "shared memory budget per CTA exceeded");
   static_assert(kCtasPerSm == 1 || kThreads * kCtasPerSm <= 2048, "too many threads per SM");
@@ -413,10 +415,10 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
         mbar_arrive_expect_tx(&full[ps.stage], bytes);
         bulk_g2s(smem + T::kOffB + ps.stage * T::kBTileBytes, act + (ku * p.layout.rows_cap + tc.row0) * 128,
                  b_bytes, &full[ps.stage], pol_act);
-        for (int c = 0; c < valid_units; ++c)
-          bulk_g2s(smem + T::kOffW + ps.stage * T::kWeightStageBytes + c * layout::kUnitBytes,
-                   weights + g.unit_offset(tc.expert, mb * T::kConsumers + c, ku), layout::kUnitBytes,
-                   &full[ps.stage], pol_weights);
+        // The tile's units of this K chunk are contiguous (unit groups, weight_layout.h): one copy.
+        bulk_g2s(smem + T::kOffW + ps.stage * T::kWeightStageBytes,
+                 weights + g.unit_offset(tc.expert, mb * T::kConsumers, ku), valid_units * layout::kUnitBytes,
+                 &full[ps.stage], pol_weights);
         ps.advance(T::kStages);
       }
     }
