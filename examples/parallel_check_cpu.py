@@ -2,6 +2,10 @@
 ranks (fp4moe.parallel.run_local: the C++ in-process communicator and the fp64 reference) against the
 single-rank CPU layer fp4moe.MoE(device='cpu'). No GPU needed.
 
+In w4a4 mode allgather-reducescatter dispatches the tokens NVFP4-quantized with one input scale shared by
+all experts, the largest a13_scale_2 (the C++ default, src/moe/parallel_moe.h): its reference is the
+single-rank layer with every a13_scale_2 replaced by that maximum.
+
     python examples/parallel_check_cpu.py --preset deepseek-r1 --scale 14 --ranks 2,4
 """
 
@@ -27,15 +31,24 @@ def main():
     problem = fp4moe.preset(args.preset).scaled(args.scale)
     problem.mode = args.mode
     problem.max_tokens = args.tokens
-    reference = fp4moe.MoE.dummy(problem, args.seed, device="cpu")
+    weights = fp4moe.random_weights(problem, args.seed)
+    reference = fp4moe.MoE(problem, weights, device="cpu")
+    shared_reference = reference
+    if problem.mode == "w4a4":
+        a13 = np.asarray(weights["a13_scale_2"])
+        shared = dict(weights, a13_scale_2=np.full_like(a13, a13.max()))
+        shared_reference = fp4moe.MoE(problem, shared, device="cpu")
     failures = 0
     for world in (int(w) for w in args.ranks.split(",")):
         for config in fp4moe.valid_parallel_configs(problem, world):
             rng = np.random.default_rng(world)
             xs = [rng.standard_normal((args.tokens, problem.hidden_size)).astype(np.float32) for _ in range(config.dp)]
             logits = [rng.standard_normal((args.tokens, problem.num_experts)).astype(np.float32) for _ in xs]
-            want = [reference(x, lg) for x, lg in zip(xs, logits)]
+            plain = [reference(x, lg) for x, lg in zip(xs, logits)]
+            with_shared_scale = [shared_reference(x, lg) for x, lg in zip(xs, logits)]
             for strategy in fp4moe.applicable_strategies(config):
+                quantized = problem.mode == "w4a4" and strategy == "allgather-reducescatter"
+                want = with_shared_scale if quantized else plain
                 outs = fp4moe.parallel.run_local(
                     problem, config, strategy, args.seed, hidden_states=xs, router_logits=logits
                 )
@@ -46,7 +59,10 @@ def main():
                 ok = worst <= args.tolerance
                 failures += not ok
                 verdict = "ok" if ok else "FAIL"
-                print(f"{world} ranks  {config.name:<12} {strategy:<24} max rel L2 {worst:.2e}  {verdict}")
+                dispatch = "nvfp4" if quantized else "bf16"
+                print(
+                    f"{world} ranks  {config.name:<12} {strategy:<24} {dispatch:<6} max rel L2 {worst:.2e}  {verdict}"
+                )
     return 1 if failures else 0
 
 

@@ -91,8 +91,15 @@ Status moe_forward_routed(const MoeProblem& p, const MoeWeightsView& w, const Sh
       // GEMM1 inputs, one row of H per pair.
       xin.assign(np * H, 0.0);
       tmp.resize(H);
+      const bool prequantized = p.mode == Mode::kW4A4 && opt.input_prequantized;
       for (int64_t j = 0; j < np; ++j) {
         const int64_t t = pairs[j] / K;
+        if (prequantized) {
+          // The rows hold what fake_quant_kernel_recipe's block holds before its division by gs.
+          const double gs = double(1.0f / w.a13_scale_2[le]);
+          for (int64_t c = 0; c < H; ++c) xin[j * H + c] = double(bf16_to_float(hidden[t * H + c])) / gs;
+          continue;
+        }
         for (int64_t c = 0; c < H; ++c) {
           float v = bf16_to_float(hidden[t * H + c]);
           if (p.apply_router_weight_on_input()) v = bf16_to_float(float_to_bf16(v * topk_weights[pairs[j]]));

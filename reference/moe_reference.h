@@ -21,6 +21,12 @@ namespace fp4moe::ref {
 struct ReferenceOptions {
   bool round_intermediate_to_bf16 = true;
   int num_threads = 0;  // 0: all hardware threads
+  // w4a4 only: `hidden` already holds the quantized GEMM1 input, e2m1 code x e4m3 block scale per
+  // element (exact in bf16), as the `kernel` recipe at encode gs = 1 / a13_scale_2 produces it, with
+  // Llama-4's router weight already applied. Each row is used as is (divided by gs), not quantized
+  // again, so it only equals the normal path when every local expert's a13_scale_2 is the scale the
+  // rows were quantized with (NVFP4-quantized dispatch of the parallel layer: one shared scale).
+  bool input_prequantized = false;
 };
 
 // Output of the layer, or with a non-trivial ShardSpec the partial output of that rank: the sum over

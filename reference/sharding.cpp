@@ -30,7 +30,13 @@ IndexRange tp_slice(int64_t intermediate_size, int tp_rank, int tp_size) {
 }
 
 Status shard_weights(const MoeProblem& p, const HostMoeWeights& full, const ShardSpec& s, HostMoeWeights* out) {
+  return shard_weights(p, full.view(), s, out);
+}
+
+Status shard_weights(const MoeProblem& p, const MoeWeightsView& full, const ShardSpec& s, HostMoeWeights* out) {
   FP4MOE_RETURN_IF_ERROR(validate_shard(p, s));
+  if (!full.w13 || !full.w13_scale || !full.w2 || !full.w2_scale)
+    return invalid_argument("shard_weights: w13, w2 or their block scales are null");
   const ExpertRange ex = local_experts(p.num_experts(), s.ep_rank, s.ep_size);
   const IndexRange sl = tp_slice(p.intermediate_size, s.tp_rank, s.tp_size);
   const int64_t H = p.hidden_size, I = p.intermediate_size, Il = sl.size();
@@ -58,27 +64,27 @@ Status shard_weights(const MoeProblem& p, const HostMoeWeights& full, const Shar
       std::memcpy(&w.w2_scale[dst_row * Il / bs], &full.w2_scale[src_row * I / bs + sl.begin / bs], Il / bs);
     }
   }
-  auto per_expert = [&](const std::vector<float>& v) {
-    return v.empty() ? std::vector<float>() : std::vector<float>(v.begin() + ex.begin, v.begin() + ex.end);
+  auto per_expert = [&](const float* v) {
+    return v ? std::vector<float>(v + ex.begin, v + ex.end) : std::vector<float>();
   };
   w.w13_scale_2 = per_expert(full.w13_scale_2);
   w.w2_scale_2 = per_expert(full.w2_scale_2);
   w.a13_scale_2 = per_expert(full.a13_scale_2);
   w.a2_scale_2 = per_expert(full.a2_scale_2);
-  if (!full.w13_bias.empty()) {
+  if (full.w13_bias) {
     w.w13_bias.resize(size_t(w.num_experts) * 2 * Il);
     for (int le = 0; le < w.num_experts; ++le)
       for (int half = 0; half < 2; ++half)
         for (int64_t r = 0; r < Il; ++r)
           w.w13_bias[(le * 2 + half) * Il + r] = full.w13_bias[((ex.begin + le) * 2 + half) * I + sl.begin + r];
   }
-  if (!full.w2_bias.empty()) {
+  if (full.w2_bias) {
     // The down-projection bias belongs to the full sum: only TP rank 0 adds it.
     w.w2_bias.assign(size_t(w.num_experts) * H, 0.0f);
     if (s.tp_rank == 0)
       std::memcpy(w.w2_bias.data(), &full.w2_bias[size_t(ex.begin) * H], sizeof(float) * w.w2_bias.size());
   }
-  w.routing_bias = full.routing_bias;
+  if (full.routing_bias) w.routing_bias.assign(full.routing_bias, full.routing_bias + p.num_experts());
   *out = std::move(w);
   return Status::Ok();
 }

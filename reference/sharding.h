@@ -36,5 +36,8 @@ IndexRange tp_slice(int64_t intermediate_size, int tp_rank, int tp_size);
 // `full` holds all experts with the full intermediate size. routing_bias stays global.
 Status shard_weights(const MoeProblem& problem, const HostMoeWeights& full, const ShardSpec& shard,
                      HostMoeWeights* out);
+// The same from a view of the full weights (all experts, full intermediate size; null tensors stay empty).
+Status shard_weights(const MoeProblem& problem, const MoeWeightsView& full, const ShardSpec& shard,
+                     HostMoeWeights* out);
 
 }  // namespace fp4moe::ref

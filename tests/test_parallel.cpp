@@ -13,6 +13,10 @@
 //           which lies on 32-aligned TP slices) is identical, so the error is a few fp32 ulps of the
 //           partials' magnitude: about 8 * 2^-24 = 5e-7 relative, plus cancellation between partials.
 //   exact vs the reference too where only one rank contributes to each token (top-1 routing with EP).
+//
+// w4a4 with NVFP4-quantized dispatch (the default for allgather-reducescatter) computes the layer whose
+// a13_scale_2 are all replaced by the largest (parallel_moe.h): there both checks are against that
+// layer (with_shared_input_scale), which differs from the plain one whenever the experts' scales do.
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
@@ -23,14 +27,18 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <thread>
+#include <tuple>
 
 #include "fp4moe/parallel.h"
 #include "moe_test_util.h"
 #include "src/comm/bootstrap.h"
 #include "src/comm/local_comm.h"
+#include "src/format/block_codec.h"
+#include "src/moe/dispatch_codec.h"
 #include "src/moe/parallel_moe.h"
 
 namespace fp4moe {
@@ -390,9 +398,21 @@ struct GroupData {
   std::vector<int32_t> ids;
   std::vector<float> weights;
   std::vector<float> reference;
+  std::vector<float> reference_shared;  // w4a4: the single-rank layer with the shared input scale
 };
 
-GroupData make_group(const MoeProblem& p, const HostMoeWeights& w, int64_t T, uint64_t salt) {
+// The weights with every expert's GEMM1 input scale (a13_scale_2) replaced by the largest: the
+// single-rank layer whose numerics NVFP4-quantized dispatch reproduces.
+HostMoeWeights with_shared_input_scale(const HostMoeWeights& w) {
+  HostMoeWeights s = w;
+  if (!s.a13_scale_2.empty())
+    std::fill(s.a13_scale_2.begin(), s.a13_scale_2.end(),
+              *std::max_element(w.a13_scale_2.begin(), w.a13_scale_2.end()));
+  return s;
+}
+
+GroupData make_group(const MoeProblem& p, const HostMoeWeights& w, int64_t T, uint64_t salt,
+                     const HostMoeWeights* shared = nullptr) {
   auto rng = make_rng(salt);
   GroupData g;
   g.num_tokens = T;
@@ -410,6 +430,11 @@ GroupData make_group(const MoeProblem& p, const HostMoeWeights& w, int64_t T, ui
   g.reference.resize(size_t(T * p.hidden_size));
   EXPECT_OK(ref::moe_forward_routed(p, w.view(), ref::ShardSpec{}, g.hidden.data(), g.ids.data(), g.weights.data(), T,
                                     g.reference.data()));
+  if (shared) {
+    g.reference_shared.resize(g.reference.size());
+    EXPECT_OK(ref::moe_forward_routed(p, shared->view(), ref::ShardSpec{}, g.hidden.data(), g.ids.data(),
+                                      g.weights.data(), T, g.reference_shared.data()));
+  }
   return g;
 }
 
@@ -418,9 +443,12 @@ GroupData make_group(const MoeProblem& p, const HostMoeWeights& w, int64_t T, ui
 std::vector<std::vector<float>> run_parallel(const MoeProblem& p, const HostMoeWeights& w, const ParallelConfig& c,
                                              Strategy strategy, const std::vector<GroupData>& groups, bool from_logits,
                                              std::vector<Status>* statuses, int64_t padded_tokens = -1,
-                                             bool check_token_counts = true) {
+                                             bool check_token_counts = true,
+                                             QuantizedDispatch quantized_dispatch = QuantizedDispatch::kAuto,
+                                             std::vector<float>* dispatch_scales = nullptr) {
   const int n = c.world_size();
   std::vector<std::vector<float>> outs(n);
+  if (dispatch_scales) dispatch_scales->assign(n, -1.0f);
   auto world = LocalWorld::create(n, with_timeout(30000));
   *statuses = run_local_ranks(world, [&](int rank, Communicator& comm) -> Status {
     const RankLayout l = rank_layout(c, rank);
@@ -431,7 +459,11 @@ std::vector<std::vector<float>> run_parallel(const MoeProblem& p, const HostMoeW
     std::unique_ptr<ParallelMoe> layer;
     ParallelMoeOptions options;
     options.check_token_counts = check_token_counts;
+    options.quantized_dispatch = quantized_dispatch;
     FP4MOE_RETURN_IF_ERROR(ParallelMoe::create(p, c, strategy, &comm, std::move(backend), options, &layer));
+    // The shared input scale this rank dispatches with, 0 with bf16 dispatch.
+    if (dispatch_scales)
+      (*dispatch_scales)[rank] = layer->quantized_dispatch() ? layer->dispatch_input_scale_2() : 0.0f;
     const GroupData& g = groups[l.dp_rank];
     outs[rank].assign(size_t(g.num_tokens * p.hidden_size), std::numeric_limits<float>::quiet_NaN());
     ParallelMoe::Args a;
@@ -507,6 +539,8 @@ TEST_P(ParallelMoeAllConfigs, EveryStrategyMatchesTheReference) {
   p.max_tokens = 8;
   ASSERT_OK(validate(p));
   const HostMoeWeights w = make_random_weights(p, 1234);
+  const bool w4a4 = p.mode == Mode::kW4A4;
+  const HostMoeWeights w_shared = with_shared_input_scale(w);
   // Top-1 with EP: each token's output comes from one rank alone, so it must equal the reference exactly.
   const bool single_contributor = p.top_k() == 1;
   int num_runs = 0;
@@ -515,8 +549,12 @@ TEST_P(ParallelMoeAllConfigs, EveryStrategyMatchesTheReference) {
     for (const ParallelConfig& c : valid_configs(p, world)) {
       auto& groups = groups_by_dp[c.dp];
       if (groups.empty())
-        for (int d = 0; d < c.dp; ++d) groups.push_back(make_group(p, w, tokens_of_group(d, c.dp), world * 100 + d));
+        for (int d = 0; d < c.dp; ++d)
+          groups.push_back(make_group(p, w, tokens_of_group(d, c.dp), world * 100 + d, w4a4 ? &w_shared : nullptr));
       for (Strategy s : applicable_strategies(c)) {
+        // Default options: w4a4 with allgather-reducescatter dispatches NVFP4 with the shared scale.
+        const bool quantized = w4a4 && s == Strategy::kAllGatherReduceScatter;
+        const HostMoeWeights& w_ref = quantized ? w_shared : w;
         SCOPED_TRACE(::testing::Message() << p.name << " " << to_string(p.mode) << " dp=" << c.dp << " tp=" << c.tp
                                           << " ep=" << c.ep << " " << to_string(s));
         std::vector<Status> st;
@@ -528,17 +566,18 @@ TEST_P(ParallelMoeAllConfigs, EveryStrategyMatchesTheReference) {
         for (int r = 0; r < world; ++r) {
           const RankLayout l = rank_layout(c, r);
           const GroupData& g = groups[l.dp_rank];
-          if (!exact.count(l.dp_rank)) exact[l.dp_rank] = serial_sum(p, w, c, s, g);
+          if (!exact.count(l.dp_rank)) exact[l.dp_rank] = serial_sum(p, w_ref, c, s, g);
           const std::vector<float>& want = exact[l.dp_rank];
+          const std::vector<float>& reference = quantized ? g.reference_shared : g.reference;
           ASSERT_EQ(outs[r].size(), want.size());
           for (size_t i = 0; i < want.size(); ++i)
             ASSERT_EQ(outs[r][i], want[i]) << "rank " << r << " element " << i << " differs from the serial sum";
           if (g.num_tokens == 0) continue;
           EXPECT_GT(testing::l2_norm(outs[r]), 0.0) << "rank " << r;
-          EXPECT_LE(testing::rel_l2(outs[r], g.reference), kParallelTolerance) << "rank " << r;
+          EXPECT_LE(testing::rel_l2(outs[r], reference), kParallelTolerance) << "rank " << r;
           if (single_contributor && c.ep > 1) {
             for (size_t i = 0; i < want.size(); ++i)
-              ASSERT_EQ(outs[r][i], g.reference[i]) << "rank " << r << " element " << i << " (top-1, EP)";
+              ASSERT_EQ(outs[r][i], reference[i]) << "rank " << r << " element " << i << " (top-1, EP)";
           }
         }
       }
@@ -770,6 +809,309 @@ TEST(ParallelMoe, BadArgumentsAbortThePeers) {
   EXPECT_TRUE(contains(st[1].message(), "num_tokens = 8 must be in [0, max_tokens = 4]")) << st[1].message();
   EXPECT_EQ(st[0].code(), StatusCode::kNcclError) << st[0].to_string();
   EXPECT_TRUE(contains(st[0].message(), "num_tokens = 8")) << st[0].message();
+}
+
+
+// ---- NVFP4-quantized dispatch (w4a4) ---------------------------------------------------------------
+
+MoeProblem w4a4_problem(const char* preset, int factor) {
+  MoeProblem full;
+  EXPECT_OK(get_preset(preset, &full));
+  MoeProblem p = scaled_preset(full, factor);
+  p.mode = Mode::kW4A4;
+  p.max_tokens = 8;
+  EXPECT_OK(validate(p));
+  return p;
+}
+
+float largest_input_scale(const HostMoeWeights& w) {
+  return *std::max_element(w.a13_scale_2.begin(), w.a13_scale_2.end());
+}
+
+// The sender's quantization and the receiver's expansion are exactly the expert layer's own w4a4 input
+// path (permute.cu / the reference): router weight rounded to bf16, then the `kernel` recipe's codes and
+// block scale as code x scale. Rows include a zero block, a NaN block and a saturating block.
+TEST(QuantizedDispatch, RowCodecIsTheLayersOwnInputQuantization) {
+  const MoeProblem p = w4a4_problem("llama4-scout", 32);  // H 256, top-1, router weight on the input
+  const HostMoeWeights w = make_random_weights(p, testing::test_seed() + 1);
+  std::unique_ptr<ExpertBackend> b;
+  ASSERT_OK(make_cpu_reference_backend(p, w, rank_layout({1, 1, 1}, 0), {}, &b));
+  const int64_t H = p.hidden_size, n = 5;
+  auto rng = make_rng(91);
+  std::vector<uint16_t> hidden = testing::random_hidden(rng, n, H);
+  for (int i = 0; i < 16; ++i) {
+    hidden[size_t(H + i)] = 0;                                          // row 1, block 0: zeros
+    hidden[size_t(2 * H + 16 + i)] = float_to_bf16(i == 3 ? NAN : 1.0f);  // row 2, block 1: a NaN
+    hidden[size_t(3 * H + 32 + i)] = float_to_bf16(1e30f * (i + 1));    // row 3, block 2: huge
+  }
+  std::vector<float> row_weights = testing::random_floats(rng, size_t(n), 0.1f, 1.0f);
+  const float gs = 1.0f / largest_input_scale(w);
+  const size_t pitch = size_t(detail::dispatch_row_bytes(H)) + 24;  // a record's pitch (ids, weights after)
+  EXPECT_EQ(detail::dispatch_row_bytes(H), H / 2 + H / 16);
+  for (bool weighted : {false, true}) {
+    SCOPED_TRACE(weighted ? "router weight on the input" : "no weight");
+    std::vector<uint8_t> wire(size_t(n) * pitch, 0xAB);
+    ASSERT_OK(
+        b->quantize_rows_nvfp4(hidden.data(), weighted ? row_weights.data() : nullptr, n, gs, wire.data(), pitch));
+    std::vector<uint16_t> got(size_t(n * H), 0xFFFF);
+    ASSERT_OK(b->dequantize_rows_nvfp4(wire.data(), pitch, n, got.data()));
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t blk = 0; blk < H / 16; ++blk) {
+        float u[16];
+        for (int i = 0; i < 16; ++i) {
+          u[i] = bf16_to_float(hidden[size_t(r * H + blk * 16 + i)]);
+          if (weighted) u[i] = bf16_to_float(float_to_bf16(u[i] * row_weights[size_t(r)]));
+        }
+        detail::fake_quantize_nvfp4_block_kernel(u, gs);
+        for (int i = 0; i < 16; ++i)
+          ASSERT_EQ(got[size_t(r * H + blk * 16 + i)], float_to_bf16(u[i]))
+              << "row " << r << " block " << blk << " element " << i;
+      }
+      // The bytes past the row (the record's ids and weights) are untouched.
+      for (size_t j = size_t(detail::dispatch_row_bytes(H)); j < pitch; ++j)
+        ASSERT_EQ(wire[size_t(r) * pitch + j], 0xAB);
+    }
+    EXPECT_TRUE(std::isnan(bf16_to_float(got[size_t(2 * H + 16)])));  // the NaN block stays NaN
+    EXPECT_EQ(bf16_to_float(got[size_t(H)]), 0.0f);
+  }
+  // Bad arguments are refused before anything is written.
+  std::vector<uint8_t> wire(size_t(n) * pitch);
+  Status st = b->quantize_rows_nvfp4(hidden.data(), nullptr, n, 0.0f, wire.data(), pitch);
+  EXPECT_TRUE(contains(st.message(), "gs = 0")) << st.message();
+  st = b->quantize_rows_nvfp4(hidden.data(), nullptr, n, gs, wire.data(), size_t(H / 2));
+  EXPECT_TRUE(contains(st.message(), "pitch")) << st.message();
+}
+
+// Every 2- and 4-rank config with a strategy that dispatches tokens (allgather-reducescatter, and
+// alltoall, which supports it too), quantized dispatch on, experts with different input scales: each
+// rank's output equals the serial sum of the partial outputs of the layer with the shared scale bit for
+// bit, the single-rank reference with the shared scale within kParallelTolerance (bit for bit for
+// top-1 with EP), and every rank dispatches with the largest scale of all experts.
+TEST(QuantizedDispatch, MatchesTheSingleRankLayerWithTheSharedScale) {
+  for (const auto& [preset, factor] : {std::pair<const char*, int>{"qwen3-30b-a3b", 3}, {"llama4-scout", 32}}) {
+    const MoeProblem p = w4a4_problem(preset, factor);
+    const HostMoeWeights w = make_random_weights(p, testing::test_seed() + 2);
+    const HostMoeWeights w_shared = with_shared_input_scale(w);
+    const float shared = largest_input_scale(w);
+    ASSERT_LT(*std::min_element(w.a13_scale_2.begin(), w.a13_scale_2.end()), shared) << "the scales must differ";
+    const bool single_contributor = p.top_k() == 1;
+    int num_runs = 0, num_differing_from_plain = 0;
+    for (int world : {2, 4}) {
+      for (const ParallelConfig& c : valid_configs(p, world)) {
+        std::vector<GroupData> groups;
+        for (int d = 0; d < c.dp; ++d)
+          groups.push_back(make_group(p, w, tokens_of_group(d, c.dp), 500 + world * 10 + d, &w_shared));
+        for (Strategy s : applicable_strategies(c)) {
+          if (s != Strategy::kAllGatherReduceScatter && s != Strategy::kAllToAll) continue;
+          SCOPED_TRACE(::testing::Message() << p.name << " dp=" << c.dp << " tp=" << c.tp << " ep=" << c.ep << " "
+                                            << to_string(s));
+          std::vector<Status> st;
+          std::vector<float> scales;
+          const auto outs = run_parallel(p, w, c, s, groups, num_runs % 2 == 0, &st, -1, true, QuantizedDispatch::kOn,
+                                         &scales);
+          ++num_runs;
+          std::map<int, std::vector<float>> exact;
+          for (int r = 0; r < world; ++r) {
+            ASSERT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].to_string();
+            EXPECT_EQ(scales[r], shared) << "rank " << r << " dispatches with another scale";
+            const GroupData& g = groups[rank_layout(c, r).dp_rank];
+            const int dp_rank = rank_layout(c, r).dp_rank;
+            if (!exact.count(dp_rank)) exact[dp_rank] = serial_sum(p, w_shared, c, s, g);
+            const std::vector<float>& want = exact[dp_rank];
+            ASSERT_EQ(outs[r].size(), want.size());
+            for (size_t i = 0; i < want.size(); ++i)
+              ASSERT_EQ(outs[r][i], want[i]) << "rank " << r << " element " << i << " differs from the serial sum";
+            if (g.num_tokens == 0) continue;
+            EXPECT_GT(testing::l2_norm(outs[r]), 0.0) << "rank " << r;
+            EXPECT_LE(testing::rel_l2(outs[r], g.reference_shared), kParallelTolerance) << "rank " << r;
+            if (single_contributor && c.ep > 1) {
+              for (size_t i = 0; i < want.size(); ++i)
+                ASSERT_EQ(outs[r][i], g.reference_shared[i]) << "rank " << r << " element " << i << " (top-1, EP)";
+            }
+            if (testing::rel_l2(outs[r], g.reference) > kParallelTolerance) ++num_differing_from_plain;
+          }
+        }
+      }
+    }
+    EXPECT_GE(num_runs, 4) << p.name;
+    // The shared scale is a different numerics from the per-expert one: the test would not notice a
+    // dispatch that ignored it otherwise.
+    EXPECT_GT(num_differing_from_plain, 0) << p.name;
+  }
+}
+
+// With every expert on the same input scale, quantized dispatch is the plain w4a4 layer.
+TEST(QuantizedDispatch, EqualInputScalesGiveThePlainW4a4Layer) {
+  const MoeProblem p = w4a4_problem("qwen3-30b-a3b", 3);
+  HostMoeWeights w = make_random_weights(p, testing::test_seed() + 3);
+  const float common = w.a13_scale_2[size_t(p.num_experts() / 3)];
+  std::fill(w.a13_scale_2.begin(), w.a13_scale_2.end(), common);
+  int num_runs = 0;
+  for (int world : {2, 4}) {
+    for (const ParallelConfig& c : valid_configs(p, world)) {
+      if (!check_strategy(c, Strategy::kAllGatherReduceScatter).ok()) continue;
+      SCOPED_TRACE(::testing::Message() << "dp=" << c.dp << " tp=" << c.tp << " ep=" << c.ep);
+      std::vector<GroupData> groups;
+      for (int d = 0; d < c.dp; ++d) groups.push_back(make_group(p, w, tokens_of_group(d, c.dp), 700 + world * 10 + d));
+      std::vector<Status> st;
+      std::vector<float> scales;
+      // Default options: on for w4a4 with allgather-reducescatter.
+      const auto outs = run_parallel(p, w, c, Strategy::kAllGatherReduceScatter, groups, true, &st, -1, true,
+                                     QuantizedDispatch::kAuto, &scales);
+      ++num_runs;
+      for (int r = 0; r < world; ++r) {
+        ASSERT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].to_string();
+        EXPECT_EQ(scales[r], common) << "rank " << r;
+        const GroupData& g = groups[rank_layout(c, r).dp_rank];
+        const auto want = serial_sum(p, w, c, Strategy::kAllGatherReduceScatter, g);
+        for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(outs[r][i], want[i]) << "rank " << r << " element " << i;
+        if (g.num_tokens == 0) continue;
+        EXPECT_GT(testing::l2_norm(outs[r]), 0.0) << "rank " << r;
+        EXPECT_LE(testing::rel_l2(outs[r], g.reference), kParallelTolerance) << "rank " << r;
+      }
+    }
+  }
+  EXPECT_GE(num_runs, 4);
+}
+
+// CUDA-graph mode (padded_tokens) with quantized dispatch: the filler rows travel as zero codes and
+// scales, and the outputs are the unpadded forward's bit for bit (a DP group with 0 tokens included).
+TEST(QuantizedDispatch, PaddedTokensEqualTheUnpaddedForward) {
+  const MoeProblem p = w4a4_problem("qwen3-30b-a3b", 3);
+  const HostMoeWeights w = make_random_weights(p, testing::test_seed() + 4);
+  int num_runs = 0;
+  for (int world : {2, 4}) {
+    for (const ParallelConfig& c : valid_configs(p, world)) {
+      if (!check_strategy(c, Strategy::kAllGatherReduceScatter).ok()) continue;
+      std::vector<GroupData> groups;
+      int64_t largest = 0;
+      for (int d = 0; d < c.dp; ++d) {
+        groups.push_back(make_group(p, w, tokens_of_group(d, c.dp), 800 + world * 10 + d));
+        largest = std::max(largest, groups.back().num_tokens);
+      }
+      std::vector<Status> st;
+      const auto base = run_parallel(p, w, c, Strategy::kAllGatherReduceScatter, groups, true, &st, -1, true,
+                                     QuantizedDispatch::kOn);
+      for (int r = 0; r < world; ++r) ASSERT_TRUE(st[r].ok()) << st[r].to_string();
+      for (int64_t padded : {largest, p.max_tokens}) {
+        for (bool check : {true, false}) {
+          SCOPED_TRACE(::testing::Message() << "dp=" << c.dp << " tp=" << c.tp << " ep=" << c.ep
+                                            << " padded_tokens=" << padded << " check=" << check);
+          const auto outs = run_parallel(p, w, c, Strategy::kAllGatherReduceScatter, groups, true, &st, padded, check,
+                                         QuantizedDispatch::kOn);
+          ++num_runs;
+          for (int r = 0; r < world; ++r) {
+            ASSERT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].to_string();
+            ASSERT_EQ(outs[r].size(), base[r].size());
+            for (size_t i = 0; i < outs[r].size(); ++i)
+              ASSERT_EQ(outs[r][i], base[r][i]) << "rank " << r << " element " << i;
+            if (!outs[r].empty()) {
+              EXPECT_GT(testing::l2_norm(outs[r]), 0.0) << "rank " << r;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GE(num_runs, 12);
+}
+
+// Creates the layer on every rank of `c` with per-rank options; returns each rank's status.
+std::vector<Status> create_on_ranks(const MoeProblem& p, const HostMoeWeights& w, const ParallelConfig& c,
+                                    Strategy strategy, const std::function<QuantizedDispatch(int)>& option_of,
+                                    std::vector<size_t>* record_bytes = nullptr) {
+  auto world = LocalWorld::create(c.world_size(), with_timeout(10000));
+  if (record_bytes) record_bytes->assign(size_t(c.world_size()), 0);
+  return run_local_ranks(world, [&](int rank, Communicator& comm) -> Status {
+    std::unique_ptr<ExpertBackend> backend;
+    FP4MOE_RETURN_IF_ERROR(make_cpu_reference_backend(p, w, rank_layout(c, rank), {}, &backend));
+    ParallelMoeOptions o;
+    o.quantized_dispatch = option_of(rank);
+    std::unique_ptr<ParallelMoe> layer;
+    FP4MOE_RETURN_IF_ERROR(ParallelMoe::create(p, c, strategy, &comm, std::move(backend), o, &layer));
+    if (record_bytes) (*record_bytes)[size_t(rank)] = layer->dispatch_record_bytes();
+    return Status::Ok();
+  });
+}
+
+TEST(QuantizedDispatch, OptionIsValidatedAtCreate) {
+  const MoeProblem p4 = w4a4_problem("qwen3-30b-a3b", 3);
+  const HostMoeWeights w4 = make_random_weights(p4, 8);
+  MoeProblem p16 = p4;
+  p16.mode = Mode::kW4A16;
+  const HostMoeWeights w16 = make_random_weights(p16, 8);
+  auto all = [](QuantizedDispatch q) { return [q](int) { return q; }; };
+  const ParallelConfig dp2ep2{2, 1, 2};
+  // On in w4a16: refused on every rank, naming the option and the mode.
+  auto st = create_on_ranks(p16, w16, dp2ep2, Strategy::kAllGatherReduceScatter, all(QuantizedDispatch::kOn));
+  for (const Status& s : st) {
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+    EXPECT_TRUE(contains(s.message(), "quantized_dispatch = on needs mode w4a4")) << s.message();
+    EXPECT_TRUE(contains(s.message(), "mode = w4a16")) << s.message();
+  }
+  // On with strategies that send no tokens.
+  st = create_on_ranks(p4, w4, {1, 2, 2}, Strategy::kTpAllReduce, all(QuantizedDispatch::kOn));
+  for (const Status& s : st) {
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+    EXPECT_TRUE(contains(s.message(), "quantized_dispatch = on needs a strategy that dispatches tokens")) << s.message();
+    EXPECT_TRUE(contains(s.message(), "strategy tp-allreduce sends none")) << s.message();
+  }
+  st = create_on_ranks(p4, w4, {1, 1, 1}, Strategy::kNone, all(QuantizedDispatch::kOn));
+  EXPECT_TRUE(contains(st[0].message(), "strategy none sends none")) << st[0].message();
+  // Ranks disagreeing: a configuration mismatch naming the option.
+  st = create_on_ranks(p4, w4, dp2ep2, Strategy::kAllGatherReduceScatter,
+                       [](int rank) { return rank == 0 ? QuantizedDispatch::kOn : QuantizedDispatch::kOff; });
+  for (const Status& s : st) {
+    EXPECT_TRUE(contains(s.message(), "configuration mismatch")) << s.message();
+    EXPECT_TRUE(contains(s.message(), "rank 0 quantized_dispatch=on vs rank 1 quantized_dispatch=off")) << s.message();
+  }
+  // Accepted: what each resolves to, by the bytes of a token record (hidden part + 8 bytes per slot).
+  const size_t H = size_t(p4.hidden_size), slots = size_t(p4.top_k()) * 8;
+  using Accepted = std::tuple<const MoeProblem*, const HostMoeWeights*, ParallelConfig, Strategy, QuantizedDispatch, size_t>;
+  const Accepted ok[] = {
+      {&p4, &w4, dp2ep2, Strategy::kAllGatherReduceScatter, QuantizedDispatch::kAuto, H / 2 + H / 16},
+      {&p4, &w4, dp2ep2, Strategy::kAllGatherReduceScatter, QuantizedDispatch::kOff, 2 * H},
+      {&p4, &w4, dp2ep2, Strategy::kAllToAll, QuantizedDispatch::kAuto, 2 * H},
+      {&p4, &w4, dp2ep2, Strategy::kAllToAll, QuantizedDispatch::kOn, H / 2 + H / 16},
+      {&p16, &w16, dp2ep2, Strategy::kAllGatherReduceScatter, QuantizedDispatch::kAuto, 2 * H},
+      {&p4, &w4, {1, 2, 2}, Strategy::kTpAllReduce, QuantizedDispatch::kAuto, 2 * H},
+  };
+  for (const auto& [p, w, c, strategy, q, hidden_bytes] : ok) {
+    SCOPED_TRACE(::testing::Message() << to_string(p->mode) << " " << to_string(strategy) << " " << to_string(q));
+    std::vector<size_t> bytes;
+    st = create_on_ranks(*p, *w, c, strategy, all(q), &bytes);
+    for (int r = 0; r < c.world_size(); ++r) {
+      ASSERT_OK(st[size_t(r)]);
+      EXPECT_EQ(bytes[size_t(r)], hidden_bytes + slots) << "rank " << r;
+    }
+  }
+  QuantizedDispatch q;
+  EXPECT_OK(parse_quantized_dispatch("on", &q));
+  EXPECT_EQ(q, QuantizedDispatch::kOn);
+  EXPECT_TRUE(contains(parse_quantized_dispatch("nvfp4", &q).message(), "'nvfp4' is not one of auto, off, on"));
+}
+
+// Off keeps bf16 dispatch in w4a4: the plain layer with per-expert scales, bit for bit the serial sum.
+TEST(QuantizedDispatch, OffDispatchesBf16AndKeepsThePerExpertScales) {
+  const MoeProblem p = w4a4_problem("qwen3-30b-a3b", 3);
+  const HostMoeWeights w = make_random_weights(p, testing::test_seed() + 5);
+  const ParallelConfig c{2, 2, 1};
+  std::vector<GroupData> groups{make_group(p, w, 5, 61), make_group(p, w, 0, 62)};
+  std::vector<Status> st;
+  std::vector<float> scales;
+  const auto outs = run_parallel(p, w, c, Strategy::kAllGatherReduceScatter, groups, false, &st, -1, true,
+                                 QuantizedDispatch::kOff, &scales);
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_OK(st[r]);
+    EXPECT_EQ(scales[r], 0.0f);
+    const GroupData& g = groups[rank_layout(c, r).dp_rank];
+    const auto want = serial_sum(p, w, c, Strategy::kAllGatherReduceScatter, g);
+    for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(outs[r][i], want[i]) << "rank " << r << " element " << i;
+    if (g.num_tokens) {
+      EXPECT_GT(testing::l2_norm(outs[r]), 0.0) << "rank " << r;
+      EXPECT_LE(testing::rel_l2(outs[r], g.reference), kParallelTolerance) << "rank " << r;
+    }
+  }
 }
 
 }  // namespace

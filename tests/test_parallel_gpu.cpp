@@ -12,7 +12,13 @@
 // where a token's output comes from one rank alone: top-1 routing (Llama-4) with EP, where the other rank
 // adds exact zeros.
 //
-// STATUS: compiled only so far; skips (saying why) without 2 GPUs.
+// w4a4 with NVFP4-quantized dispatch is checked against the single-GPU layer whose a13_scale_2 are all
+// the largest (the numerics quantized dispatch defines, src/moe/parallel_moe.h), with the same
+// tolerance; its pieces on one GPU (the row kernels against the CPU backend, MoeLayer::set_input_scale_2
+// and prequantized rows against a layer created with the shared scale) bit for bit.
+//
+// STATUS: compiled only so far; skips (saying why) without 2 GPUs (the one-GPU cases without a GPU).
+// The quantized-dispatch cases were written later than the others and have never run on a GPU.
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
@@ -41,6 +47,14 @@ using testing::make_rng;
 using Clock = std::chrono::steady_clock;
 
 constexpr double kGpuParallelTolerance = 1e-2;
+
+#define FP4MOE_REQUIRE_ONE_GPU()                                                                    \
+  do {                                                                                              \
+    int n_ = 0;                                                                                     \
+    if (cudaGetDeviceCount(&n_) != cudaSuccess) n_ = 0;                                             \
+    cudaGetLastError();                                                                             \
+    if (n_ < 1) GTEST_SKIP() << "needs a CUDA GPU, found none: GPU test skipped";                  \
+  } while (0)
 
 #define FP4MOE_REQUIRE_TWO_GPUS()                                                                   \
   do {                                                                                              \
@@ -344,6 +358,212 @@ TEST(ParallelGpu, RankDyingMidStepFailsThePeerWithinTheDeadline) {
   EXPECT_NE(st[0].message().find("rank 0 of NCCL group 'world'"), std::string::npos) << st[0].message();
   EXPECT_NE(st[0].message().find("all_to_all_v"), std::string::npos) << st[0].message();
   EXPECT_LT(step_end - step_start, std::chrono::milliseconds(deadline_ms + 2000));
+}
+
+
+// ---- NVFP4-quantized dispatch (w4a4) ---------------------------------------------------------------
+
+MoeProblem w4a4_deepseek(int64_t max_tokens) {
+  MoeProblem full;
+  EXPECT_OK(get_preset("deepseek-r1", &full));
+  MoeProblem p = scaled_preset(full, 16);  // H 512, I 128, E 256, top-8
+  p.mode = Mode::kW4A4;
+  p.max_tokens = max_tokens;
+  EXPECT_OK(validate(p));
+  return p;
+}
+
+HostMoeWeights with_shared_input_scale(const HostMoeWeights& w, float* shared) {
+  HostMoeWeights s = w;
+  *shared = *std::max_element(w.a13_scale_2.begin(), w.a13_scale_2.end());
+  std::fill(s.a13_scale_2.begin(), s.a13_scale_2.end(), *shared);
+  return s;
+}
+
+// One GPU: the GPU backend's NVFP4 row kernels write the CPU backend's bytes; MoeLayer::set_input_scale_2
+// gives the bits of a layer created with that scale for every expert; and rows prequantized with it
+// (ForwardArgs::hidden_prequantized, router weights as the parallel layer sends them) give those bits too.
+TEST(ParallelGpuQuantizedDispatch, RowKernelsAndPrequantizedInputOnOneGpu) {
+  FP4MOE_REQUIRE_ONE_GPU();
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  const MoeProblem p = w4a4_deepseek(64);
+  const uint64_t seed = testing::test_seed() + 31;
+  const HostMoeWeights w = make_random_weights(p, seed);
+  float shared = 0.0f;
+  const HostMoeWeights w_shared = with_shared_input_scale(w, &shared);
+  const int64_t T = 45, H = p.hidden_size, K = p.top_k();
+  auto rng = make_rng(seed);
+  const std::vector<uint16_t> hidden = testing::random_hidden(rng, T, H);
+  const std::vector<float> logits = testing::random_logits(rng, T, p.num_experts());
+  const std::vector<float> row_weights = testing::random_floats(rng, size_t(T), 0.1f, 1.0f);
+
+  // Row kernels vs the CPU backend, with and without the per-row weight, at a record's pitch.
+  std::unique_ptr<ExpertBackend> cpu, gpu;
+  ASSERT_OK(make_cpu_reference_backend(p, w, rank_layout({1, 1, 1}, 0), {}, &cpu));
+  ASSERT_OK(make_gpu_backend(p, {1, 1, 1}, Strategy::kNone, rank_layout({1, 1, 1}, 0), nullptr, seed, nullptr, &gpu));
+  const size_t pitch = size_t(H / 2 + H / 16 + 8 * K);
+  const float gs = 1.0f / shared;
+  std::vector<uint16_t> prequantized;  // code x scale rows, unweighted
+  for (bool weighted : {false, true}) {
+    SCOPED_TRACE(weighted ? "weighted rows" : "plain rows");
+    std::vector<uint8_t> want(size_t(T) * pitch, 0), got_bytes;
+    ASSERT_OK(
+        cpu->quantize_rows_nvfp4(hidden.data(), weighted ? row_weights.data() : nullptr, T, gs, want.data(), pitch));
+    DeviceBuffer<uint16_t> d_hidden(hidden);
+    DeviceBuffer<float> d_w(row_weights);
+    DeviceBuffer<uint8_t> d_wire(std::vector<uint8_t>(size_t(T) * pitch, 0));
+    DeviceBuffer<uint16_t> d_rows(size_t(T * H));  // poisoned
+    ASSERT_OK(gpu->quantize_rows_nvfp4(d_hidden.get(), weighted ? d_w.get() : nullptr, T, gs, d_wire.get(), pitch));
+    ASSERT_OK(gpu->dequantize_rows_nvfp4(d_wire.get(), pitch, T, d_rows.get()));
+    ASSERT_OK(gpu->synchronize());
+    EXPECT_EQ(d_wire.download(), want);
+    std::vector<uint16_t> rows(size_t(T * H));
+    ASSERT_OK(cpu->dequantize_rows_nvfp4(want.data(), pitch, T, rows.data()));
+    EXPECT_EQ(d_rows.download(), rows);
+    if (!weighted) prequantized = rows;
+  }
+  EXPECT_FALSE(gpu->quantize_rows_nvfp4(nullptr, nullptr, T, -1.0f, nullptr, pitch).ok());
+
+  // The layer with the shared scale, three ways.
+  auto forward = [&](const MoeLayer& layer, const std::vector<uint16_t>& x, bool prequant) {
+    DeviceBuffer<uint16_t> h(x), out(size_t(T * H));
+    DeviceBuffer<float> l(logits);
+    DeviceBuffer<char> ws(layer.workspace_bytes());
+    ForwardArgs a;
+    a.hidden = h.get();
+    a.router_logits = l.get();
+    a.num_tokens = T;
+    a.out = out.get();
+    a.hidden_prequantized = prequant;
+    EXPECT_OK(layer.forward(a, ws.get(), ws.size(), nullptr));
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    return out.download();
+  };
+  std::unique_ptr<MoeLayer> created_shared, set_shared;
+  ASSERT_OK(MoeLayer::create(p, w_shared.view(), {}, &created_shared));
+  ASSERT_OK(MoeLayer::create(p, w.view(), {}, &set_shared));
+  const auto plain = forward(*set_shared, hidden, false);
+  // Prequantized rows before set_input_scale_2: refused, naming the option.
+  {
+    DeviceBuffer<char> ws(set_shared->workspace_bytes());
+    ForwardArgs a;
+    a.num_tokens = 1;
+    a.hidden_prequantized = true;
+    Status st = set_shared->validate(a, ws.get(), ws.size());
+    EXPECT_NE(st.message().find("hidden_prequantized"), std::string::npos) << st.message();
+  }
+  ASSERT_OK(set_shared->set_input_scale_2(shared));
+  EXPECT_EQ(set_shared->input_scale_2(), shared);
+  const auto want = forward(*created_shared, hidden, false);
+  EXPECT_GT(testing::l2_norm(testing::bf16_to_floats(want)), 0.0);
+  EXPECT_EQ(forward(*set_shared, hidden, false), want) << "set_input_scale_2 differs from a layer created with it";
+  EXPECT_EQ(forward(*set_shared, prequantized, true), want)
+      << "prequantized rows differ from the layer's own quantization";
+  EXPECT_NE(plain, want) << "the shared scale should change the w4a4 numerics (scales differ across experts)";
+}
+
+// 2 GPUs: w4a4 DP2+EP2 and DP2 (EP off, the MoE's TP over both ranks) with allgather-reducescatter,
+// and DP2+EP2 with alltoall, quantized dispatch on, against the single-GPU layer created with the
+// shared scale (normalized L2 <= kGpuParallelTolerance, the reasons of the header); each rank's shared
+// scale is the largest of all experts; the eager padded (graph-mode) forward gives the unpadded bits.
+// Weights: the dummy ones generated on each GPU, or the same ones from the host (each rank cutting
+// its shard out of the full weights).
+TEST(ParallelGpu, W4a4QuantizedDispatchMatchesTheSingleGpuLayerWithTheSharedScale) {
+  FP4MOE_REQUIRE_TWO_GPUS();
+  const MoeProblem p = w4a4_deepseek(48);
+  const uint64_t seed = testing::test_seed() + 41;
+  const HostMoeWeights w = make_random_weights(p, seed);
+  float shared = 0.0f;
+  const HostMoeWeights w_shared = with_shared_input_scale(w, &shared);
+  auto rng = make_rng(seed);
+  std::vector<GroupData> groups(2);
+  groups[0].num_tokens = 33;
+  groups[1].num_tokens = 17;
+  for (GroupData& g : groups) {
+    g.hidden = testing::random_hidden(rng, g.num_tokens, p.hidden_size);
+    g.logits = testing::random_logits(rng, g.num_tokens, p.num_experts());
+  }
+  {
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    std::unique_ptr<MoeLayer> whole;
+    ASSERT_OK(MoeLayer::create(p, w_shared.view(), {}, &whole));
+    for (GroupData& g : groups) {
+      DeviceBuffer<uint16_t> h(g.hidden), out(size_t(g.num_tokens * p.hidden_size));
+      DeviceBuffer<float> l(g.logits);
+      DeviceBuffer<char> ws(whole->workspace_bytes());
+      ForwardArgs a;
+      a.hidden = h.get();
+      a.router_logits = l.get();
+      a.num_tokens = g.num_tokens;
+      a.out = out.get();
+      ASSERT_OK(whole->forward(a, ws.get(), ws.size(), nullptr));
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      g.single_gpu = out.download();
+    }
+  }
+  struct Case {
+    ParallelConfig config;
+    Strategy strategy;
+    bool host_weights;
+  };
+  const Case cases[] = {{{2, 1, 2}, Strategy::kAllGatherReduceScatter, false},
+                        {{2, 1, 1}, Strategy::kAllGatherReduceScatter, true},
+                        {{2, 1, 2}, Strategy::kAllGatherReduceScatter, true},
+                        {{2, 1, 2}, Strategy::kAllToAll, false}};
+  CommOptions options = with_timeout(60000);
+  options.wait_each_op = false;  // as ParallelMoE and the bench run it (the padded forward is capturable)
+  for (const Case& k : cases) {
+    const ParallelConfig& c = k.config;
+    ASSERT_OK(validate(c, p, 2));
+    SCOPED_TRACE(::testing::Message() << "dp=" << c.dp << " tp=" << c.tp << " ep=" << c.ep << " "
+                                      << to_string(k.strategy) << (k.host_weights ? " host weights" : " dummy weights"));
+    std::vector<std::vector<uint16_t>> outs(2), padded(2);
+    std::vector<float> scales(2, -1.0f);
+    const MoeWeightsView full = w.view();
+    auto st = on_two_gpus(options, [&](int rank, NcclCommunicator& world, cudaStream_t stream) -> Status {
+      const RankLayout l = rank_layout(c, rank);
+      std::unique_ptr<ExpertBackend> backend;
+      FP4MOE_RETURN_IF_ERROR(
+          make_gpu_backend(p, c, k.strategy, l, k.host_weights ? &full : nullptr, seed, stream, &backend));
+      ParallelMoeOptions po;
+      po.quantized_dispatch = QuantizedDispatch::kOn;
+      std::unique_ptr<ParallelMoe> layer;
+      FP4MOE_RETURN_IF_ERROR(ParallelMoe::create(p, c, k.strategy, &world, std::move(backend), po, &layer));
+      scales[rank] = layer->quantized_dispatch() ? layer->dispatch_input_scale_2() : 0.0f;
+      const GroupData& g = groups[l.dp_rank];
+      DeviceBuffer<uint16_t> h(g.hidden);
+      DeviceBuffer<float> logits(g.logits);
+      const size_t n = size_t(g.num_tokens * p.hidden_size);
+      DeviceBuffer<uint16_t> out(n), out_padded(n);  // poisoned (0xFF)
+      ParallelMoe::Args a;
+      a.hidden = h.get();
+      a.router_logits = logits.get();
+      a.num_tokens = g.num_tokens;
+      a.out = out.get();
+      FP4MOE_RETURN_IF_ERROR(layer->forward(a));
+      FP4MOE_RETURN_IF_ERROR(layer->synchronize());
+      outs[rank] = out.download();
+      if (k.strategy == Strategy::kAllGatherReduceScatter) {
+        a.out = out_padded.get();
+        a.padded_tokens = 40;  // the same on both ranks, >= every rank's count
+        FP4MOE_RETURN_IF_ERROR(layer->forward(a));
+        FP4MOE_RETURN_IF_ERROR(layer->synchronize());
+        padded[rank] = out_padded.download();
+      }
+      return Status::Ok();
+    });
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].to_string();
+      EXPECT_EQ(scales[r], shared) << "rank " << r;
+      const GroupData& g = groups[rank_layout(c, r).dp_rank];
+      const auto got = testing::bf16_to_floats(outs[r]);
+      EXPECT_GT(testing::l2_norm(got), 0.0) << "rank " << r;
+      EXPECT_LE(testing::rel_l2(got, testing::bf16_to_floats(g.single_gpu)), kGpuParallelTolerance) << "rank " << r;
+      if (k.strategy == Strategy::kAllGatherReduceScatter) {
+        EXPECT_EQ(padded[r], outs[r]) << "rank " << r << ": the padded forward differs from the unpadded one";
+      }
+    }
+  }
 }
 
 }  // namespace

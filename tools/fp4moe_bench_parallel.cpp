@@ -2,9 +2,17 @@
 // parallel config and strategy, on N local GPUs (one process each) or, with --cpu, on N in-process ranks
 // running the fp64 reference (to check the tool and the plumbing without a GPU; the times then mean little).
 //
-//   fp4moe-bench-parallel --nproc 2 [--preset deepseek-r1] [--tokens 1,128,1024,8192] [--configs all|dp2tp1ep2,...]
-//                         [--strategies all|alltoall,...] [--iters 20] [--warmup 3] [--timeout-ms 60000]
+//   fp4moe-bench-parallel --nproc 2 [--preset deepseek-r1] [--mode w4a16|w4a4] [--tokens 1,128,1024,8192]
+//                         [--configs all|dp2tp1ep2,...] [--strategies all|alltoall,...]
+//                         [--quantized-dispatch auto|off|on] [--iters 20] [--warmup 3] [--timeout-ms 60000]
 //                         [--cpu [--scale 16]]
+//
+// --mode: the layer's mode (default w4a16). --quantized-dispatch: ParallelMoeOptions::quantized_dispatch
+// (auto: NVFP4 token records for w4a4 with allgather-reducescatter, bf16 otherwise; on: NVFP4 wherever a
+// strategy dispatches tokens, w4a4 only; tp-allreduce rows, which send no tokens, then run as auto).
+// The last column, wire, says which ran: bf16 sends 2 bytes per hidden element, nvfp4 0.5625 (H/2
+// bytes of e2m1 codes + H/16 e4m3 block scales per token); each token record also carries its top-k
+// ids and weights (8 bytes per slot).
 //
 // Without launcher variables and with --nproc N > 1 it starts N copies of itself with torchrun-style
 // variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT=a free
@@ -13,7 +21,9 @@
 //   phases: steps with a stream synchronize at each phase boundary (StepTimes), median per phase;
 //   step:   steps without those inner synchronizes, median wall time (what a caller sees);
 //   raw:    a plain all-gather + reduce-scatter of the same bytes through the same communicator, median
-//           (the NCCL bandwidth reference for dispatch + combine, measured in the same run);
+//           (the NCCL bandwidth reference for dispatch + combine, measured in the same run): the
+//           all-gather moves the layer's own token records (ParallelMoe::dispatch_record_bytes, so NVFP4
+//           records when the dispatch is quantized), the reduce-scatter its output rows;
 //   graph:  GPU only, strategies with a CUDA-graph mode: the forward with padded_tokens = tok/rank
 //           captured once (collectives included), then replays, median ("-" where there is none).
 // The NCCL communicators only enqueue (wait_each_op off, so the forward can be captured): the host
@@ -61,6 +71,8 @@ using Clock = std::chrono::steady_clock;
 struct Options {
   int nproc = 1;
   std::string preset = "deepseek-r1";
+  Mode mode = Mode::kW4A16;
+  QuantizedDispatch quantized_dispatch = QuantizedDispatch::kAuto;
   std::vector<int64_t> tokens = {1, 128, 1024, 8192};
   std::string configs = "all";
   std::string strategies = "all";
@@ -101,6 +113,13 @@ Options parse(int argc, char** argv) {
     };
     if (a == "--nproc") o.nproc = to_int(a, value());
     else if (a == "--preset") o.preset = value();
+    else if (a == "--mode") {
+      const Status s = parse_mode(value(), &o.mode);
+      if (!s.ok()) die(s.message());
+    } else if (a == "--quantized-dispatch") {
+      const Status s = parse_quantized_dispatch(value(), &o.quantized_dispatch);
+      if (!s.ok()) die(s.message());
+    }
     else if (a == "--tokens") {
       o.tokens.clear();
       for (const auto& t : split_list(value())) o.tokens.push_back(to_int(a, t));
@@ -187,11 +206,13 @@ Status run_rank(const Options& o, const MoeProblem& base, comm::Communicator& wo
   const int rank = world.rank();
   const auto runs = plan(o, base, world.size());
   if (rank == 0) {
-    std::printf("fp4moe-bench-parallel: %d ranks (%s), preset %s, H %lld, I %lld, E %d, top-%d; ms, slowest rank\n",
-                world.size(), o.cpu ? "cpu reference" : "nccl", base.name.c_str(), (long long)base.hidden_size,
-                (long long)base.intermediate_size, base.num_experts(), base.top_k());
-    std::printf("%-12s %-24s %8s %10s %10s %10s %10s %10s %10s %10s\n", "config", "strategy", "tok/rank", "dispatch",
-                "experts", "combine", "phases", "step", "raw-comm", "graph");
+    std::printf("fp4moe-bench-parallel: %d ranks (%s), preset %s, %s, H %lld, I %lld, E %d, top-%d; ms, slowest rank\n",
+                world.size(), o.cpu ? "cpu reference" : "nccl", base.name.c_str(), to_string(base.mode),
+                (long long)base.hidden_size, (long long)base.intermediate_size, base.num_experts(), base.top_k());
+    std::printf("quantized dispatch %s; wire: the dispatched token rows, bf16 (2 B/elt) or nvfp4 (0.5625 B/elt), "
+                "plus 8 B per top-k slot\n", to_string(o.quantized_dispatch));
+    std::printf("%-12s %-24s %8s %10s %10s %10s %10s %10s %10s %10s  %s\n", "config", "strategy", "tok/rank", "dispatch",
+                "experts", "combine", "phases", "step", "raw-comm", "graph", "wire");
     if (runs.empty()) std::printf("(no config/strategy matches --configs/--strategies for %d ranks)\n", world.size());
   }
   MoeProblem p = base;
@@ -208,11 +229,19 @@ Status run_rank(const Options& o, const MoeProblem& base, comm::Communicator& wo
     // also keep the forward from being captured).
     ParallelMoeOptions options;
     options.check_token_counts = false;
+    // on with a strategy that sends no tokens (tp-allreduce) would be refused: such rows run as auto.
+    options.quantized_dispatch =
+        o.quantized_dispatch == QuantizedDispatch::kOn &&
+                !(strategy == Strategy::kAllGatherReduceScatter || strategy == Strategy::kAllToAll)
+            ? QuantizedDispatch::kAuto
+            : o.quantized_dispatch;
     FP4MOE_RETURN_IF_ERROR(ParallelMoe::create(p, config, strategy, &world, std::move(backend), options, &layer));
     const size_t H = size_t(p.hidden_size), E = size_t(p.num_experts()), T = size_t(p.max_tokens);
     const size_t out_bytes = T * H * comm::size_of(b->output_type());
-    // Raw reference: the same per-rank bytes as dispatch (token records) and combine (outputs).
-    const size_t record_bytes = H * 2 + size_t(p.top_k()) * 8;
+    // Raw reference: the same per-rank bytes as dispatch (the layer's token records, bf16 or NVFP4) and
+    // combine (outputs).
+    const size_t record_bytes = layer->dispatch_record_bytes();
+    const char* dispatch_name = layer->quantized_dispatch() ? "nvfp4" : "bf16";
     Inputs in;
     void* raw_send = nullptr;
     void* raw_recv = nullptr;
@@ -285,9 +314,9 @@ Status run_rank(const Options& o, const MoeProblem& base, comm::Communicator& wo
           for (int k = 0; k < kNumStats; ++k) worst[k] = std::max(worst[k], all[size_t(r) * kNumStats + k]);
         char graph[32] = "         -";
         if (worst[5] >= 0) std::snprintf(graph, sizeof graph, "%10.3f", worst[5]);
-        std::printf("%-12s %-24s %8lld %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %s\n", config_name(config).c_str(),
+        std::printf("%-12s %-24s %8lld %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %s  %s\n", config_name(config).c_str(),
                     to_string(strategy), (long long)tokens, worst[0], worst[1], worst[2], worst[0] + worst[1] + worst[2],
-                    worst[3], worst[4], graph);
+                    worst[3], worst[4], graph, dispatch_name);
         std::fflush(stdout);
       }
     }
@@ -446,6 +475,9 @@ int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   MoeProblem p;
   Status s = get_preset(o.preset, &p);
+  if (!s.ok()) die(s.to_string());
+  p.mode = o.mode;
+  s = validate(p);
   if (!s.ok()) die(s.to_string());
   if (o.cpu) {
     p = scaled_preset(p, o.scale);

@@ -45,6 +45,12 @@ struct ForwardArgs {
   const float* topk_weights = nullptr;  // [num_tokens, top_k]
   int64_t num_tokens = 0;               // 0 <= num_tokens <= problem.max_tokens
   uint16_t* out = nullptr;              // [num_tokens, H] bf16, device, 16-byte aligned
+  // w4a4 only, after set_input_scale_2(s): `hidden` already holds the quantized GEMM1 input, each
+  // element an e2m1 code times its e4m3 block scale (exact in bf16), as the NVFP4 `kernel` recipe
+  // produces it at encode global scale 1/s, with Llama-4's router weight already applied (the
+  // parallel layer's NVFP4 dispatch sends such rows). The permute copies the rows unchanged instead
+  // of weighting and quantizing them: the output equals this layer's for the original bf16 rows.
+  bool hidden_prequantized = false;
 };
 
 // What ran, for --verbose, the JSON and the Python binding.
@@ -84,6 +90,15 @@ class MoeLayer {
   // them for every token count ("" restores the normal choice). A config changes speed, never results.
   static std::vector<std::string> sm90_config_names();
   Status force_sm90_config(const std::string& name);
+
+  // w4a4: replaces every local expert's GEMM1 input global scale (a13_scale_2, decode convention)
+  // by `input_scale_2` (finite, > 0): the layer then computes exactly what a layer created with
+  // a13_scale_2[e] = input_scale_2 for every e computes, and accepts ForwardArgs::hidden_prequantized
+  // rows quantized with it. One shared scale lets a token be quantized once for all its experts.
+  // Synchronous, set-up time: not while a forward of this layer is in flight or captured.
+  Status set_input_scale_2(float input_scale_2);
+  // The scale set_input_scale_2 set, or 0 (the weights' own per-expert scales).
+  float input_scale_2() const;
 
   // Device-side errors of the most recent forward on this workspace: expert ids outside [0, E) in
   // precomputed routing are skipped (their slot contributes nothing) and counted. Synchronizes.

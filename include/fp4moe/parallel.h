@@ -20,11 +20,27 @@
 //   allgather-reducescatter  dp > 1: all-gather-v of the tokens and their routing over the DP group
 //                            (ranks with the same TP rank), every rank computes its partial for all of
 //                            them, reduce-scatter-v back over the DP group, then all-reduce over the
-//                            TP group when tp > 1 (the seed's dispatch).
+//                            TP group when tp > 1 (the seed's dispatch). The tokens travel as bf16 rows
+//                            (2 bytes per element), or in w4a4 mode, by default, NVFP4-quantized
+//                            (0.5625 bytes per element; see below).
 //   alltoall                 dp > 1 and ep > 1: each token goes, once, only to the ranks that own one of
 //                            its experts (grouped send/recv), and the partial outputs come back the same
 //                            way. With tp > 1 the TP ranks of a DP group split its tokens between them
 //                            first and all-gather the finished outputs over the TP group at the end.
+//                            bf16 rows by default; NVFP4-quantized in w4a4 when asked for.
+//
+// NVFP4-quantized dispatch (w4a4 only; ParallelMoeOptions::quantized_dispatch in src/moe/parallel_moe.h:
+// auto = on for allgather-reducescatter, off otherwise; on is refused for w4a16 and for strategies that
+// send no tokens). A token is sent as its GEMM1 input already quantized (H/2 bytes of e2m1 codes and
+// H/16 e4m3 block scales, 3.56x fewer bytes than bf16). The single-rank w4a4 layer quantizes that input
+// with each expert's own global scale a13_scale_2[e]; a token quantized once, before it is known which
+// rank's experts use it, can have only one. So the layer uses ONE shared scale, the largest a13_scale_2
+// over all experts (no expert's range saturates; every rank gets the same value: each takes the max over
+// the experts it holds and the maxima are all-gathered over the world), for the dispatch and for every
+// expert's GEMM1. The received codes reach GEMM1 unchanged (no second quantization). Numerics: exactly
+// the single-rank w4a4 layer with every a13_scale_2[e] replaced by that shared scale (up to the
+// strategy's reduction order, as for bf16 dispatch); this differs from the plain w4a4 layer wherever
+// the experts' scales differ, and equals it when they are all the same.
 #pragma once
 
 #include <cstdint>

@@ -40,4 +40,14 @@ FP4MOE_HD float dummy_uniform(uint64_t seed, uint64_t tensor, uint64_t index, fl
   return hash_uniform(hash3(seed, tensor, index), lo, hi);
 }
 
+// Per-expert scales (global expert id) that code outside the generators needs on the host: GEMM1's
+// weight global scale (NVFP4) and, in w4a4, its input global scale (inputs are ~N(0,1), amax ~5:
+// amax / 2688). make_random_weights uses these; make_dummy_weights (weights.cu) spells out the same.
+FP4MOE_HD float dummy_w13_scale_2(uint64_t seed, uint64_t expert, int64_t hidden) {
+  return dummy_scale_2(seed, kDummyW13Scale2, expert, hidden);
+}
+FP4MOE_HD float dummy_a13_scale_2(uint64_t seed, uint64_t expert) {
+  return dummy_uniform(seed, kDummyA13Scale2, expert, 4.0f, 6.0f) / 2688.0f;
+}
+
 }  // namespace fp4moe::detail

@@ -2,6 +2,7 @@
 //   route -> plan -> permute -> GEMM1 (+activation) -> GEMM2 (+bias, router weight) -> finalize.
 // Validation happens in full before the first launch; the forward never synchronizes the host.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <optional>
@@ -12,6 +13,7 @@
 #include "src/gemm/simt/grouped_gemm_simt.h"
 #include "src/gemm/sm90/moe_gemm_sm90.h"
 #include "src/gemm/sm90/tune.h"
+#include "src/moe/dummy_weights.h"
 #include "src/moe/weights.h"
 #include "src/moe/workspace.h"
 #include "src/permute/permute.h"
@@ -46,6 +48,9 @@ struct MoeLayer::Impl {
   int num_sms = 0;
   sm90::TuneTable tune;
   std::optional<sm90::Sm90Config> forced;
+  // Host copies of the local experts' GEMM1 weight global scales (NVFP4), for set_input_scale_2.
+  std::vector<float> w13_scale_2;
+  float input_scale_2 = 0.0f;  // set_input_scale_2's shared GEMM1 input scale, 0: per expert
 
   ~Impl() { weights.release(); }
 
@@ -128,7 +133,11 @@ Status MoeLayer::create(const MoeProblem& problem, const MoeWeightsView& host_we
   auto impl = std::make_unique<Impl>();
   FP4MOE_RETURN_IF_ERROR(build_layer(
       problem, options,
-      [&](const WeightShard& shard, DeviceWeights* w) { return upload_weights(problem, host_weights, shard, w); },
+      [&](const WeightShard& shard, DeviceWeights* w) {
+        if (host_weights.w13_scale_2)
+          impl->w13_scale_2.assign(host_weights.w13_scale_2, host_weights.w13_scale_2 + shard.num_local_experts);
+        return upload_weights(problem, host_weights, shard, w);
+      },
       impl.get()));
   out->reset(new MoeLayer(std::move(impl)));
   return Status::Ok();
@@ -140,7 +149,13 @@ Status MoeLayer::create_dummy(const MoeProblem& problem, uint64_t seed, const La
   auto impl = std::make_unique<Impl>();
   FP4MOE_RETURN_IF_ERROR(build_layer(
       problem, options,
-      [&](const WeightShard& shard, DeviceWeights* w) { return make_dummy_weights(problem, seed, shard, w); },
+      [&](const WeightShard& shard, DeviceWeights* w) {
+        if (problem.weight_format == WeightFormat::kNvfp4)
+          for (int e = 0; e < shard.num_local_experts; ++e)
+            impl->w13_scale_2.push_back(
+                detail::dummy_w13_scale_2(seed, uint64_t(shard.expert_begin + e), problem.hidden_size));
+        return make_dummy_weights(problem, seed, shard, w);
+      },
       impl.get()));
   out->reset(new MoeLayer(std::move(impl)));
   return Status::Ok();
@@ -194,10 +209,43 @@ Status MoeLayer::force_sm90_config(const std::string& name) {
   return Status::Ok();
 }
 
+Status MoeLayer::set_input_scale_2(float input_scale_2) {
+  Impl& m = *impl_;
+  if (m.problem.mode != Mode::kW4A4)
+    return invalid_argument("set_input_scale_2: the layer's mode is ", to_string(m.problem.mode),
+                            "; only w4a4 quantizes the GEMM1 input");
+  if (!(input_scale_2 > 0.0f) || !std::isfinite(input_scale_2))
+    return invalid_argument("input_scale_2 = ", input_scale_2, " must be finite and > 0");
+  const int E = m.shard.num_local_experts;
+  if (m.w13_scale_2.size() != size_t(E))
+    return internal_error("set_input_scale_2: ", m.w13_scale_2.size(), " weight global scales kept for ", E,
+                          " local experts");
+  int dev = 0;
+  FP4MOE_CUDA_RETURN(cudaGetDevice(&dev));
+  if (dev != m.device)
+    return invalid_argument("current device ", dev, " is not device ", m.device, " the layer was created on");
+  // Exactly what the weight upload computes from a13_scale_2[e] = input_scale_2 (weights.cu).
+  const float gs = 1.0f / input_scale_2;
+  std::vector<float> alpha1(E), a1_gs(E, gs);
+  for (int e = 0; e < E; ++e) alpha1[e] = gemm_alpha(m.w13_scale_2[e], gs, true);
+  if (E > 0) {
+    FP4MOE_CUDA_RETURN(cudaMemcpy(m.weights.alpha1, alpha1.data(), sizeof(float) * E, cudaMemcpyHostToDevice));
+    FP4MOE_CUDA_RETURN(cudaMemcpy(m.weights.a1_gs, a1_gs.data(), sizeof(float) * E, cudaMemcpyHostToDevice));
+  }
+  m.input_scale_2 = input_scale_2;
+  return Status::Ok();
+}
+
+float MoeLayer::input_scale_2() const { return impl_->input_scale_2; }
+
 Status MoeLayer::validate(const ForwardArgs& a, const void* workspace, size_t workspace_bytes) const {
   const MoeProblem& p = impl_->problem;
   if (a.num_tokens < 0 || a.num_tokens > p.max_tokens)
     return invalid_argument("num_tokens = ", a.num_tokens, " must be in [0, max_tokens = ", p.max_tokens, "]");
+  if (a.hidden_prequantized && (p.mode != Mode::kW4A4 || impl_->input_scale_2 <= 0.0f))
+    return invalid_argument("hidden_prequantized needs mode w4a4 (mode is ", to_string(p.mode),
+                            ") and one input scale for every expert, set with set_input_scale_2 (",
+                            impl_->input_scale_2 > 0.0f ? "set" : "not set", ")");
   FP4MOE_RETURN_IF_ERROR(check_ptr("workspace", workspace, 256));
   if (workspace_bytes < impl_->ws_layout.total)
     return invalid_argument("workspace_bytes = ", workspace_bytes, " is smaller than the ", impl_->ws_layout.total,
@@ -263,6 +311,7 @@ Status MoeLayer::forward(const ForwardArgs& a, void* workspace, size_t workspace
   pp.w4a4 = p.mode == Mode::kW4A4;
   pp.weight_on_input = p.apply_router_weight_on_input();
   pp.a1_gs = m.weights.a1_gs;
+  pp.prequantized = a.hidden_prequantized;
   pp.layout = m.ws_layout;
   pp.ws = ws;
   FP4MOE_RETURN_IF_ERROR(launch_plan(pp, stream));

@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <sstream>
 
 #include "reference/sharding.h"
+#include "src/moe/dispatch_codec.h"
 
 namespace fp4moe {
 
@@ -130,6 +133,53 @@ std::string config_signature(const MoeProblem& p, const ParallelConfig& c, Strat
   return os.str();
 }
 
+const char* to_string(QuantizedDispatch q) {
+  switch (q) {
+    case QuantizedDispatch::kAuto: return "auto";
+    case QuantizedDispatch::kOff: return "off";
+    case QuantizedDispatch::kOn: return "on";
+  }
+  return "?";
+}
+
+Status parse_quantized_dispatch(std::string_view name, QuantizedDispatch* out) {
+  for (QuantizedDispatch q : {QuantizedDispatch::kAuto, QuantizedDispatch::kOff, QuantizedDispatch::kOn}) {
+    if (name == to_string(q)) {
+      *out = q;
+      return Status::Ok();
+    }
+  }
+  return invalid_argument("quantized_dispatch = '", name, "' is not one of auto, off, on");
+}
+
+namespace {
+
+// options.quantized_dispatch against the mode and the strategy (ParallelMoeOptions).
+Status resolve_quantized_dispatch(QuantizedDispatch q, const MoeProblem& p, Strategy strategy, bool* out) {
+  const bool sends_tokens = strategy == Strategy::kAllGatherReduceScatter || strategy == Strategy::kAllToAll;
+  switch (q) {
+    case QuantizedDispatch::kAuto:
+      *out = p.mode == Mode::kW4A4 && strategy == Strategy::kAllGatherReduceScatter;
+      return Status::Ok();
+    case QuantizedDispatch::kOff:
+      *out = false;
+      return Status::Ok();
+    case QuantizedDispatch::kOn:
+      if (p.mode != Mode::kW4A4)
+        return invalid_argument("quantized_dispatch = on needs mode w4a4 (NVFP4 tokens are the w4a4 layer's GEMM1 "
+                                "input); mode = ", to_string(p.mode), " dispatches bf16 tokens (use auto or off)");
+      if (!sends_tokens)
+        return invalid_argument("quantized_dispatch = on needs a strategy that dispatches tokens "
+                                "(allgather-reducescatter or alltoall); strategy ", to_string(strategy),
+                                " sends none (use auto or off)");
+      *out = true;
+      return Status::Ok();
+  }
+  return invalid_argument("quantized_dispatch = ", int(q), " is not a QuantizedDispatch");
+}
+
+}  // namespace
+
 int64_t max_expert_tokens(const ParallelConfig& c, Strategy strategy, int64_t max_tokens_per_rank) {
   switch (strategy) {
     case Strategy::kNone:
@@ -202,7 +252,63 @@ class CpuReferenceBackend final : public ExpertBackend {
   }
   Status synchronize() override { return Status::Ok(); }
 
+  Status max_input_scale_2(float* out) override {
+    if (problem_.mode != Mode::kW4A4 || shard_.a13_scale_2.empty())
+      return invalid_argument("max_input_scale_2: mode ", to_string(problem_.mode), " has no GEMM1 input scales");
+    *out = *std::max_element(shard_.a13_scale_2.begin(), shard_.a13_scale_2.end());
+    return Status::Ok();
+  }
+  Status use_prequantized_input(float input_scale_2) override {
+    if (problem_.mode != Mode::kW4A4)
+      return invalid_argument("use_prequantized_input: mode ", to_string(problem_.mode), " is not w4a4");
+    if (!(input_scale_2 > 0.0f) || !std::isfinite(input_scale_2))
+      return invalid_argument("input_scale_2 = ", input_scale_2, " must be finite and > 0");
+    // The reference then quantizes nothing itself and divides by 1 / input_scale_2 for every expert.
+    std::fill(shard_.a13_scale_2.begin(), shard_.a13_scale_2.end(), input_scale_2);
+    options_.input_prequantized = true;
+    return Status::Ok();
+  }
+  Status quantize_rows_nvfp4(const uint16_t* hidden, const float* row_weights, int64_t n, float gs, void* dst,
+                             size_t dst_pitch) override {
+    const int64_t H = problem_.hidden_size;
+    FP4MOE_RETURN_IF_ERROR(check_nvfp4_rows(n, gs, dst_pitch));
+    if (n > 0 && (!hidden || !dst)) return invalid_argument("quantize_rows_nvfp4: hidden or dst is null with n = ", n);
+    for (int64_t r = 0; r < n; ++r) {
+      uint8_t* codes = static_cast<uint8_t*>(dst) + r * dst_pitch;
+      uint8_t* scales = codes + H / 2;
+      const float w = row_weights ? row_weights[r] : 1.0f;
+      for (int64_t b = 0; b < H / kNvfp4BlockSize; ++b)
+        scales[b] = detail::quantize_dispatch_block(hidden + r * H + b * kNvfp4BlockSize, row_weights != nullptr, w,
+                                                    gs, codes + b * kNvfp4BlockSize / 2);
+    }
+    return Status::Ok();
+  }
+  Status dequantize_rows_nvfp4(const void* src, size_t src_pitch, int64_t n, uint16_t* dst) override {
+    const int64_t H = problem_.hidden_size;
+    FP4MOE_RETURN_IF_ERROR(check_nvfp4_rows(n, 1.0f, src_pitch));
+    if (n > 0 && (!src || !dst)) return invalid_argument("dequantize_rows_nvfp4: src or dst is null with n = ", n);
+    for (int64_t r = 0; r < n; ++r) {
+      const uint8_t* codes = static_cast<const uint8_t*>(src) + r * src_pitch;
+      const uint8_t* scales = codes + H / 2;
+      for (int64_t b = 0; b < H / kNvfp4BlockSize; ++b)
+        detail::dequantize_dispatch_block(codes + b * kNvfp4BlockSize / 2, scales[b],
+                                          dst + r * H + b * kNvfp4BlockSize);
+    }
+    return Status::Ok();
+  }
+
  private:
+  Status check_nvfp4_rows(int64_t n, float gs, size_t pitch) const {
+    if (n < 0) return invalid_argument("NVFP4 rows: n = ", n, " must be >= 0");
+    if (!(gs > 0.0f) || !std::isfinite(gs)) return invalid_argument("NVFP4 rows: gs = ", gs, " must be finite and > 0");
+    if (problem_.hidden_size % kNvfp4BlockSize)
+      return invalid_argument("NVFP4 rows: hidden_size = ", problem_.hidden_size, " is not a multiple of ",
+                              kNvfp4BlockSize);
+    if (pitch < size_t(detail::dispatch_row_bytes(problem_.hidden_size)))
+      return invalid_argument("NVFP4 rows: pitch = ", pitch, " is less than a row's ",
+                              detail::dispatch_row_bytes(problem_.hidden_size), " bytes");
+    return Status::Ok();
+  }
   Status copy(void* dst, const void* src, size_t bytes) {
     if (bytes) std::memcpy(dst, src, bytes);
     return Status::Ok();
@@ -287,8 +393,12 @@ struct ParallelMoe::Impl {
   std::unique_ptr<comm::Communicator> tp_comm;  // the ranks of this rank's DP group
   std::unique_ptr<ExpertBackend> backend;
 
-  // Token record: [hidden H bf16 | ids k i32 | weights k f32].
-  size_t hidden_bytes = 0, ids_bytes = 0, record_bytes = 0, out_row_bytes = 0;
+  // Token record: [hidden | ids k i32 | weights k f32], hidden as wire_bytes: H bf16, or with quantized
+  // dispatch H/2 bytes of e2m1 codes + H/16 e4m3 block scales. hidden_bytes: a bf16 row (2H) of x.
+  size_t hidden_bytes = 0, wire_bytes = 0, ids_bytes = 0, record_bytes = 0, out_row_bytes = 0;
+  bool quantized = false;       // NVFP4-quantized dispatch (ParallelMoeOptions::quantized_dispatch)
+  float dispatch_scale_2 = 0;   // its shared GEMM1 input scale (decode convention)
+  float dispatch_gs = 0;        // 1 / dispatch_scale_2 (encode convention), as the expert layer computes it
 
   Buffer small;        // counts exchanged through the communicator (its memory), 2 * world int64
   Buffer route_ids, route_weights;  // routing of this rank's tokens when computed from logits
@@ -363,17 +473,28 @@ Status ParallelMoe::Impl::pack(const uint16_t* hidden, const int32_t* ids_in, co
                                void* dst) {
   if (n == 0) return Status::Ok();
   auto* d = static_cast<uint8_t*>(dst);
-  FP4MOE_RETURN_IF_ERROR(backend->copy_2d(d, record_bytes, hidden, hidden_bytes, hidden_bytes, n));
-  FP4MOE_RETURN_IF_ERROR(backend->copy_2d(d + hidden_bytes, record_bytes, ids_in, ids_bytes, ids_bytes, n));
-  return backend->copy_2d(d + hidden_bytes + ids_bytes, record_bytes, weights_in, ids_bytes, ids_bytes, n);
+  if (quantized) {
+    // Llama-4 (top-1) weights the expert's input: the sender applies it before quantizing.
+    const float* row_weights = problem.apply_router_weight_on_input() ? weights_in : nullptr;
+    FP4MOE_RETURN_IF_ERROR(backend->quantize_rows_nvfp4(hidden, row_weights, n, dispatch_gs, d, record_bytes));
+  } else {
+    FP4MOE_RETURN_IF_ERROR(backend->copy_2d(d, record_bytes, hidden, hidden_bytes, hidden_bytes, n));
+  }
+  FP4MOE_RETURN_IF_ERROR(backend->copy_2d(d + wire_bytes, record_bytes, ids_in, ids_bytes, ids_bytes, n));
+  return backend->copy_2d(d + wire_bytes + ids_bytes, record_bytes, weights_in, ids_bytes, ids_bytes, n);
 }
 
 Status ParallelMoe::Impl::unpack(const void* src, int64_t n) {
   if (n == 0) return Status::Ok();
   auto* s = static_cast<const uint8_t*>(src);
-  FP4MOE_RETURN_IF_ERROR(backend->copy_2d(x.get(), hidden_bytes, s, record_bytes, hidden_bytes, n));
-  FP4MOE_RETURN_IF_ERROR(backend->copy_2d(ids.get(), ids_bytes, s + hidden_bytes, record_bytes, ids_bytes, n));
-  return backend->copy_2d(weights.get(), ids_bytes, s + hidden_bytes + ids_bytes, record_bytes, ids_bytes, n);
+  if (quantized) {
+    // code x block scale rows: the expert layer's quantized GEMM1 input, used without requantizing.
+    FP4MOE_RETURN_IF_ERROR(backend->dequantize_rows_nvfp4(s, record_bytes, n, x.get<uint16_t>()));
+  } else {
+    FP4MOE_RETURN_IF_ERROR(backend->copy_2d(x.get(), hidden_bytes, s, record_bytes, hidden_bytes, n));
+  }
+  FP4MOE_RETURN_IF_ERROR(backend->copy_2d(ids.get(), ids_bytes, s + wire_bytes, record_bytes, ids_bytes, n));
+  return backend->copy_2d(weights.get(), ids_bytes, s + wire_bytes + ids_bytes, record_bytes, ids_bytes, n);
 }
 
 Status ParallelMoe::create(const MoeProblem& problem, const ParallelConfig& config, Strategy strategy,
@@ -400,12 +521,44 @@ Status ParallelMoe::create(const MoeProblem& problem, const ParallelConfig& conf
 
   // Agree first, validate second: every rank reaches the exchange even when its own config is bad, so a
   // rank-local mistake is reported (by everyone) as a mismatch instead of leaving the others waiting.
-  FP4MOE_RETURN_IF_ERROR(check_same_config(*world, *m.backend, config_signature(problem, config, strategy)));
+  FP4MOE_RETURN_IF_ERROR(check_same_config(
+      *world, *m.backend,
+      config_signature(problem, config, strategy) + ";quantized_dispatch=" + to_string(options.quantized_dispatch)));
   FP4MOE_RETURN_IF_ERROR(validate(problem));
   FP4MOE_RETURN_IF_ERROR(validate(config, problem, world_size));
   FP4MOE_RETURN_IF_ERROR(check_strategy(config, strategy));
+  FP4MOE_RETURN_IF_ERROR(resolve_quantized_dispatch(options.quantized_dispatch, problem, strategy, &m.quantized));
   if (problem.max_tokens < 0) return invalid_argument("max_tokens = ", problem.max_tokens, " must be >= 0");
   m.layout = rank_layout(config, world->rank());
+
+  if (m.quantized) {
+    // The shared input scale: the largest a13_scale_2 of all experts. Each rank knows those of the
+    // experts it holds (EP: its shard; all of them otherwise), so the max of the ranks' maxima over the
+    // world is the layer's, and the same value on every rank.
+    // A rank whose backend fails still takes part (sending NaN), so nobody waits for it.
+    float mine = 0.0f;
+    const Status own = m.backend->max_input_scale_2(&mine);
+    if (!own.ok()) mine = std::numeric_limits<float>::quiet_NaN();
+    Buffer dev;
+    FP4MOE_RETURN_IF_ERROR(dev.allocate(m.backend.get(), sizeof(float) * (size_t(world_size) + 1)));
+    FP4MOE_RETURN_IF_ERROR(m.backend->copy_from_host(dev.get(), &mine, sizeof(float)));
+    FP4MOE_RETURN_IF_ERROR(world->all_gather_v(dev.get(), 1, dev.get<float>() + 1, comm::equal_counts(world_size, 1),
+                                               comm::DataType::kF32));
+    FP4MOE_RETURN_IF_ERROR(world->synchronize());  // with the deadline, before the host reads
+    std::vector<float> all(world_size);
+    FP4MOE_RETURN_IF_ERROR(m.backend->copy_to_host(all.data(), dev.get<float>() + 1, sizeof(float) * world_size));
+    FP4MOE_RETURN_IF_ERROR(own);
+    float shared = 0.0f;
+    for (int r = 0; r < world_size; ++r) {
+      if (!(all[r] > 0.0f) || !std::isfinite(all[r]))
+        return invalid_argument("quantized dispatch: world rank ", r, "'s largest a13_scale_2 is ", all[r],
+                                "; input scales must be finite and > 0");
+      shared = std::max(shared, all[r]);
+    }
+    m.dispatch_scale_2 = shared;
+    m.dispatch_gs = 1.0f / shared;  // as the expert layer derives its encode scale from a13_scale_2
+    FP4MOE_RETURN_IF_ERROR(m.backend->use_prequantized_input(shared));
+  }
 
   if (world_size > 1) {
     FP4MOE_RETURN_IF_ERROR(world->split(m.layout.tp_rank, m.layout.dp_rank, "dp", &m.dp_comm));
@@ -413,8 +566,9 @@ Status ParallelMoe::create(const MoeProblem& problem, const ParallelConfig& conf
   }
 
   m.hidden_bytes = size_t(H) * 2;
+  m.wire_bytes = m.quantized ? size_t(detail::dispatch_row_bytes(H)) : m.hidden_bytes;
   m.ids_bytes = size_t(K) * 4;
-  m.record_bytes = m.hidden_bytes + 2 * m.ids_bytes;
+  m.record_bytes = m.wire_bytes + 2 * m.ids_bytes;
   m.out_row_bytes = size_t(H) * comm::size_of(m.backend->output_type());
   const size_t T = size_t(problem.max_tokens);
   const size_t expert_tokens = size_t(max_expert_tokens(config, strategy, problem.max_tokens));
@@ -430,13 +584,14 @@ Status ParallelMoe::create(const MoeProblem& problem, const ParallelConfig& conf
     FP4MOE_RETURN_IF_ERROR(m.partial.allocate(b, expert_tokens * m.out_row_bytes));
   }
   if (strategy == Strategy::kAllGatherReduceScatter && T > 0) {
-    // Filler records for graph mode: zero hidden states, router weights 0, and every filler row on
-    // the same k experts, j * (E / k): they add at most k experts' weight reads per step (decode is
-    // bound by those), spread over the EP ranks rather than all on one.
+    // Filler records for graph mode: zero hidden states (with quantized dispatch zero codes and zero
+    // block scales, which expand to exact zeros: no NaN from garbage), router weights 0, and every
+    // filler row on the same k experts, j * (E / k): they add at most k experts' weight reads per step
+    // (decode is bound by those), spread over the EP ranks rather than all on one.
     std::vector<uint8_t> host(T * m.record_bytes, 0);
     const int E = problem.num_experts();
     for (size_t i = 0; i < T; ++i) {
-      auto* ids = reinterpret_cast<int32_t*>(host.data() + i * m.record_bytes + m.hidden_bytes);
+      auto* ids = reinterpret_cast<int32_t*>(host.data() + i * m.record_bytes + m.wire_bytes);
       for (int64_t j = 0; j < K; ++j) ids[j] = int32_t(j * (E / K));
     }
     FP4MOE_RETURN_IF_ERROR(m.filler.allocate(b, host.size()));
@@ -497,6 +652,9 @@ ParallelMoe::ParallelMoe(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ParallelMoe::~ParallelMoe() = default;
 const RankLayout& ParallelMoe::layout() const { return impl_->layout; }
 ExpertBackend& ParallelMoe::backend() const { return *impl_->backend; }
+bool ParallelMoe::quantized_dispatch() const { return impl_->quantized; }
+float ParallelMoe::dispatch_input_scale_2() const { return impl_->dispatch_scale_2; }
+size_t ParallelMoe::dispatch_record_bytes() const { return impl_->record_bytes; }
 
 Status ParallelMoe::forward(const Args& a, StepTimes* times) {
   Status s = impl_->forward(a, times);

@@ -1,15 +1,24 @@
-// The GPU expert backend of the parallel MoE: MoeLayer on this rank's shard, plus the two small kernels
+// The GPU expert backend of the parallel MoE: MoeLayer on this rank's shard, plus the small kernels
 // dispatch/combine need in device memory (gather token records by index; add partial-output rows into
-// the output by index). Any sm_90a device; checked against the CPU backend's semantics
-// (parallel_moe.cpp: CpuReferenceBackend::gather_rows / scatter_add_rows).
+// the output by index; NVFP4-quantize token rows for quantized dispatch and expand them again). Any
+// sm_90a device; checked against the CPU backend's semantics (parallel_moe.cpp: CpuReferenceBackend::
+// gather_rows / scatter_add_rows / quantize_rows_nvfp4 / dequantize_rows_nvfp4; the NVFP4 blocks are
+// src/moe/dispatch_codec.h, shared by both).
+//
+// The NVFP4 row kernels (quantized dispatch) are compiled only, not yet run on a GPU either.
 //
 // STATUS: compiled only. Not yet run: written on a machine without a GPU.
 // No NCCL here (STYLE.md: kernel code never includes it); the communicator shares the stream.
 #include <algorithm>
+#include <climits>
+#include <cmath>
 
 #include "fp4moe/moe_gpu.h"
 #include "fp4moe/numerics.h"
+#include "reference/sharding.h"
 #include "src/common/cuda_utils.h"
+#include "src/moe/dispatch_codec.h"
+#include "src/moe/dummy_weights.h"
 #include "src/moe/parallel_moe.h"
 
 namespace fp4moe {
@@ -37,6 +46,41 @@ __global__ void scatter_add_bf16_kernel(const uint16_t* __restrict__ src, const 
   for (int64_t c = threadIdx.x; c < hidden; c += blockDim.x) a[c] = float_to_bf16(bf16_to_float(a[c]) + bf16_to_float(s[c]));
 }
 
+// Quantized dispatch, sender: one CTA per row, each thread quantizes whole 16-element blocks of it
+// (dispatch_codec.h: codes at dst row + 8b, the block's scale byte at dst row + H/2 + b).
+__global__ void quantize_rows_nvfp4_kernel(const uint16_t* __restrict__ hidden, const float* __restrict__ row_weights,
+                                           int64_t hidden_size, float gs, uint8_t* __restrict__ dst, int64_t pitch) {
+  const int64_t r = blockIdx.x;
+  const uint16_t* x = hidden + r * hidden_size;
+  uint8_t* codes = dst + r * pitch;
+  uint8_t* scales = codes + hidden_size / 2;
+  const bool weighted = row_weights != nullptr;
+  const float w = weighted ? row_weights[r] : 1.0f;
+  for (int64_t b = threadIdx.x; b < hidden_size / kNvfp4BlockSize; b += blockDim.x) {
+    uint16_t v[kNvfp4BlockSize];
+    for (int i = 0; i < kNvfp4BlockSize; ++i) v[i] = x[b * kNvfp4BlockSize + i];
+    uint8_t packed[kNvfp4BlockSize / 2];
+    scales[b] = detail::quantize_dispatch_block(v, weighted, w, gs, packed);
+    for (int i = 0; i < kNvfp4BlockSize / 2; ++i) codes[b * (kNvfp4BlockSize / 2) + i] = packed[i];
+  }
+}
+
+// Quantized dispatch, receiver: one CTA per row, bf16 code x block scale per element.
+__global__ void dequantize_rows_nvfp4_kernel(const uint8_t* __restrict__ src, int64_t pitch, int64_t hidden_size,
+                                             uint16_t* __restrict__ dst) {
+  const int64_t r = blockIdx.x;
+  const uint8_t* codes = src + r * pitch;
+  const uint8_t* scales = codes + hidden_size / 2;
+  uint16_t* y = dst + r * hidden_size;
+  for (int64_t b = threadIdx.x; b < hidden_size / kNvfp4BlockSize; b += blockDim.x) {
+    uint8_t packed[kNvfp4BlockSize / 2];
+    for (int i = 0; i < kNvfp4BlockSize / 2; ++i) packed[i] = codes[b * (kNvfp4BlockSize / 2) + i];
+    uint16_t v[kNvfp4BlockSize];
+    detail::dequantize_dispatch_block(packed, scales[b], v);
+    for (int i = 0; i < kNvfp4BlockSize; ++i) y[b * kNvfp4BlockSize + i] = v[i];
+  }
+}
+
 class GpuLayerBackend final : public ExpertBackend {
  public:
   ~GpuLayerBackend() override {
@@ -60,12 +104,23 @@ class GpuLayerBackend final : public ExpertBackend {
     lo.tp_size = layout.moe_tp_size;
     std::vector<float> bias;
     if (host_weights) {
-      FP4MOE_RETURN_IF_ERROR(MoeLayer::create(sized, *host_weights, lo, &b->layer_));
+      // MoeLayer::create takes exactly its shard (its experts, its intermediate slice): cut it out of
+      // the full weights first.
+      const ref::ShardSpec spec{layout.moe_ep_rank, layout.moe_ep_size, layout.moe_tp_rank, layout.moe_tp_size};
+      HostMoeWeights shard;
+      FP4MOE_RETURN_IF_ERROR(ref::shard_weights(problem, *host_weights, spec, &shard));
+      FP4MOE_RETURN_IF_ERROR(MoeLayer::create(sized, shard.view(), lo, &b->layer_));
       if (host_weights->routing_bias) bias.assign(host_weights->routing_bias, host_weights->routing_bias + problem.num_experts());
+      b->a13_scale_2_ = shard.a13_scale_2;
     } else {
       FP4MOE_RETURN_IF_ERROR(MoeLayer::create_dummy(sized, dummy_seed, lo, &b->layer_));
       // The dummy layer's correction bias is make_random_weights(problem, seed)'s; no expert is needed for it.
       bias = make_random_weights_subset(problem, dummy_seed, {}).routing_bias;
+      if (problem.mode == Mode::kW4A4) {
+        const ref::ExpertRange ex = ref::local_experts(problem.num_experts(), layout.moe_ep_rank, layout.moe_ep_size);
+        for (int e = ex.begin; e < ex.end; ++e)
+          b->a13_scale_2_.push_back(detail::dummy_a13_scale_2(dummy_seed, uint64_t(e)));
+      }
     }
     if (!bias.empty()) {
       FP4MOE_CUDA_RETURN(cudaMalloc(&b->routing_bias_, bias.size() * sizeof(float)));
@@ -103,6 +158,7 @@ class GpuLayerBackend final : public ExpertBackend {
     a.topk_weights = weights;
     a.num_tokens = n;
     a.out = static_cast<uint16_t*>(out);
+    a.hidden_prequantized = prequantized_;
     return layer_->forward(a, workspace_, workspace_bytes_, stream_);
   }
 
@@ -154,7 +210,49 @@ class GpuLayerBackend final : public ExpertBackend {
     return Status::Ok();
   }
 
+  Status max_input_scale_2(float* out) override {
+    if (problem_.mode != Mode::kW4A4 || a13_scale_2_.empty())
+      return invalid_argument("max_input_scale_2: mode ", to_string(problem_.mode), " has no GEMM1 input scales");
+    *out = *std::max_element(a13_scale_2_.begin(), a13_scale_2_.end());
+    return Status::Ok();
+  }
+  Status use_prequantized_input(float input_scale_2) override {
+    FP4MOE_RETURN_IF_ERROR(layer_->set_input_scale_2(input_scale_2));
+    prequantized_ = true;
+    return Status::Ok();
+  }
+  Status quantize_rows_nvfp4(const uint16_t* hidden, const float* row_weights, int64_t n, float gs, void* dst,
+                             size_t dst_pitch) override {
+    FP4MOE_RETURN_IF_ERROR(check_nvfp4_rows("quantize_rows_nvfp4", n, gs, dst_pitch));
+    if (n == 0) return Status::Ok();
+    if (!hidden || !dst) return invalid_argument("quantize_rows_nvfp4: hidden or dst is null with n = ", n);
+    quantize_rows_nvfp4_kernel<<<unsigned(n), kRowThreads, 0, stream_>>>(
+        hidden, row_weights, problem_.hidden_size, gs, static_cast<uint8_t*>(dst), int64_t(dst_pitch));
+    FP4MOE_CUDA_LAUNCH_CHECK("quantize_rows_nvfp4_kernel");
+    return Status::Ok();
+  }
+  Status dequantize_rows_nvfp4(const void* src, size_t src_pitch, int64_t n, uint16_t* dst) override {
+    FP4MOE_RETURN_IF_ERROR(check_nvfp4_rows("dequantize_rows_nvfp4", n, 1.0f, src_pitch));
+    if (n == 0) return Status::Ok();
+    if (!src || !dst) return invalid_argument("dequantize_rows_nvfp4: src or dst is null with n = ", n);
+    dequantize_rows_nvfp4_kernel<<<unsigned(n), kRowThreads, 0, stream_>>>(
+        static_cast<const uint8_t*>(src), int64_t(src_pitch), problem_.hidden_size, dst);
+    FP4MOE_CUDA_LAUNCH_CHECK("dequantize_rows_nvfp4_kernel");
+    return Status::Ok();
+  }
+
  private:
+  // Arguments of the NVFP4 row kernels, checked before anything is launched.
+  Status check_nvfp4_rows(const char* op, int64_t n, float gs, size_t pitch) const {
+    if (n < 0 || n > INT_MAX) return invalid_argument(op, ": n = ", n, " must be in [0, ", INT_MAX, "]");
+    if (!(gs > 0.0f) || !std::isfinite(gs)) return invalid_argument(op, ": gs = ", gs, " must be finite and > 0");
+    if (problem_.hidden_size % kNvfp4BlockSize)
+      return invalid_argument(op, ": hidden_size = ", problem_.hidden_size, " is not a multiple of ", kNvfp4BlockSize);
+    if (pitch < size_t(detail::dispatch_row_bytes(problem_.hidden_size)))
+      return invalid_argument(op, ": pitch = ", pitch, " is less than a row's ",
+                              detail::dispatch_row_bytes(problem_.hidden_size), " bytes");
+    return Status::Ok();
+  }
   GpuLayerBackend() = default;
   Status upload_index(const int32_t* host_index, int64_t n) {
     if (size_t(n) > index_capacity_)
@@ -172,6 +270,8 @@ class GpuLayerBackend final : public ExpertBackend {
   int32_t* index_ = nullptr;
   size_t index_capacity_ = 0;
   float* routing_bias_ = nullptr;
+  std::vector<float> a13_scale_2_;  // w4a4: the local experts' GEMM1 input scales (host)
+  bool prequantized_ = false;       // use_prequantized_input was called
 };
 
 }  // namespace

@@ -8,14 +8,27 @@
 //
 // The strategies are those of fp4moe/parallel.h. The experts run behind ExpertBackend, so the same
 // dispatch/combine code drives the fp64 reference over host memory (CI, LocalCommunicator) and the GPU
-// layer over device memory (NcclCommunicator). Tokens travel as records of [hidden (bf16, H) | top-k
-// ids (i32) | top-k weights (f32)], so routing goes with its token and one collective moves all three.
+// layer over device memory (NcclCommunicator). Tokens travel as records of [hidden | top-k ids (i32) |
+// top-k weights (f32)], so routing goes with its token and one collective moves all three. The hidden
+// part is bf16 (2H bytes) or, with NVFP4-quantized dispatch (w4a4, see ParallelMoeOptions), the
+// token's GEMM1 input already quantized: H/2 bytes of e2m1 codes and H/16 e4m3 block scales.
 // CUDA graphs: Args::padded_tokens selects a mode without host waits and with fixed exchange sizes;
 // the communicators must then be created with CommOptions::wait_each_op off. Streams: the backend and
 // the communicators must work on one stream (the GPU backend's and NCCL's), since a copy that follows
 // an enqueued collective relies on stream order.
-// NOTE: in w4a4 mode the records still carry bf16 tokens (not NVFP4 as the seed sends them): the
-// per-expert input scales of w4a4 would make a single pre-dispatch quantization change the numerics.
+//
+// NVFP4-quantized dispatch (w4a4). The single-rank w4a4 layer quantizes a token's GEMM1 input once per
+// expert, with that expert's global scale a13_scale_2[e]; a token quantized once before dispatch can
+// use only one. So quantized dispatch uses one shared scale for the whole layer, the largest decode
+// scale over ALL experts (no expert's range saturates): each rank takes the max over the experts its
+// backend holds and create() all-gathers those over the world, so every rank has the same value
+// whatever its shard. The sender quantizes each token (router weight applied first for Llama-4) with
+// the `kernel` recipe at encode scale 1 / shared; the receiver expands the codes and block scales into
+// bf16 rows of code x block scale (exact) which the experts use as they are (no second quantization),
+// and every expert's GEMM1 uses the shared scale in its alpha. The output is therefore bit for bit
+// (up to the strategy's reduction order) that of the single-rank w4a4 layer whose a13_scale_2[e] are
+// all replaced by the shared scale; where the weights' a13_scale_2 are all equal, that is the plain
+// w4a4 layer. tp-allreduce and none send no tokens, so there is nothing to quantize.
 //
 // Determinism: with LocalCommunicator, partial outputs are summed in ascending world-rank order (alltoall:
 // in ascending order of the ranks that computed them, the others contributing exact zeros), so a
@@ -68,6 +81,22 @@ class ExpertBackend {
   virtual Status zero(void* dst, size_t bytes) = 0;
   // Waits for the backend's queued work (a stream); a no-op on the host.
   virtual Status synchronize() = 0;
+
+  // ---- NVFP4-quantized dispatch (w4a4; see the header comment) ----
+  // The largest GEMM1 input global scale (a13_scale_2, decode convention) of the experts this backend
+  // holds; an error outside w4a4.
+  virtual Status max_input_scale_2(float* out) = 0;
+  // Set-up time, once: from now on every local expert's GEMM1 uses input_scale_2 as its input global
+  // scale, and run_experts() takes prequantized `hidden` rows (what dequantize_rows_nvfp4 writes).
+  virtual Status use_prequantized_input(float input_scale_2) = 0;
+  // n rows of bf16 hidden [n, H] to NVFP4 with the `kernel` recipe at encode global scale gs, row i
+  // at dst + i * dst_pitch: H/2 bytes of e2m1 codes (element 2j in the low nibble of byte j), then H/16
+  // e4m3 block scales. row_weights (nullable, one per row): each element is first multiplied by its
+  // row's weight and rounded to bf16 (Llama-4's router weight on the input, as the expert layer does).
+  virtual Status quantize_rows_nvfp4(const uint16_t* hidden, const float* row_weights, int64_t n, float gs,
+                                     void* dst, size_t dst_pitch) = 0;
+  // The reverse layout: dst [n, H] bf16 row i, element j = e2m1 code j x its e4m3 block scale (exact).
+  virtual Status dequantize_rows_nvfp4(const void* src, size_t src_pitch, int64_t n, uint16_t* dst) = 0;
 };
 
 // The fp64 reference (ref::moe_forward_routed) on this rank's shard of `full` weights, host memory, f32
@@ -78,9 +107,12 @@ Status make_cpu_reference_backend(const MoeProblem& problem, const HostMoeWeight
 #if FP4MOE_HAS_CUDA
 // The GPU layer (MoeLayer) on this rank's shard, device memory on `stream`, bf16 output (partial outputs
 // are reduced in bf16, as vLLM does). Weights: `host_weights` (all experts, full intermediate size: the
-// layer reads its shard) or, when null, MoeLayer::create_dummy(dummy_seed). problem.max_tokens is the most
-// tokens one rank passes; the layer is sized for max_expert_tokens(config, strategy, ...).
-// STATUS: compiled only, not yet run on a GPU.
+// backend cuts out its shard, ref::shard_weights, and uploads that) or, when null,
+// MoeLayer::create_dummy(dummy_seed). problem.max_tokens is the most tokens one rank passes; the layer
+// is sized for max_expert_tokens(config, strategy, ...). Quantized dispatch: MoeLayer::set_input_scale_2
+// and ForwardArgs::hidden_prequantized, and two row kernels (parallel_moe.cu).
+// STATUS: the bf16 paths ran on 2 H200s with dummy weights (README); host weights and quantized
+// dispatch are compiled only, not yet run on a GPU.
 Status make_gpu_backend(const MoeProblem& problem, const ParallelConfig& config, Strategy strategy,
                         const RankLayout& layout, const MoeWeightsView* host_weights, uint64_t dummy_seed,
                         cudaStream_t stream, std::unique_ptr<ExpertBackend>* out);
@@ -90,10 +122,24 @@ Status make_gpu_backend(const MoeProblem& problem, const ParallelConfig& config,
 // tokens on every rank: sizes a GPU layer's workspace (its problem.max_tokens).
 int64_t max_expert_tokens(const ParallelConfig& config, Strategy strategy, int64_t max_tokens_per_rank);
 
+enum class QuantizedDispatch {
+  kAuto,  // on for w4a4 with allgather-reducescatter, off otherwise
+  kOff,   // bf16 token rows (2 bytes per element)
+  kOn,    // NVFP4 token rows (0.5625 bytes per element); w4a4 with allgather-reducescatter or alltoall
+};
+// "auto", "off", "on".
+const char* to_string(QuantizedDispatch q);
+Status parse_quantized_dispatch(std::string_view name, QuantizedDispatch* out);
+
 struct ParallelMoeOptions {
   // Check that the ranks which must hold the same tokens (a DP group's TP ranks) pass the same count:
   // one small all-gather per step. Off for CUDA-graph capture.
   bool check_token_counts = true;
+  // NVFP4-quantized dispatch (header comment): the tokens travel as their w4a4 GEMM1 input, quantized
+  // once with one shared input scale for all experts (numerics: the single-rank w4a4 layer with every
+  // a13_scale_2 replaced by the largest). kOn in w4a16 mode, or with a strategy that sends no tokens
+  // (none, tp-allreduce), is rejected by create(). Every rank must pass the same value (checked).
+  QuantizedDispatch quantized_dispatch = QuantizedDispatch::kAuto;
 };
 
 // Per-step times in seconds (host clock, with a backend synchronize at each boundary when requested).
@@ -114,7 +160,8 @@ class ParallelMoe {
     // CUDA-graph mode when >= 0 (strategies none, tp-allreduce and allgather-reducescatter; alltoall
     // has none): the forward waits on nothing on the host, and allgather-reducescatter exchanges
     // exactly padded_tokens token rows per rank (num_tokens real ones, then filler rows whose router
-    // weights are 0 and whose outputs are dropped), so no rank needs the others' counts. Every rank
+    // weights are 0 and whose outputs are dropped; zero hidden states, with quantized dispatch zero
+    // codes and zero block scales), so no rank needs the others' counts. Every rank
     // of a DP group must pass the same padded_tokens (num_tokens <= padded_tokens <= max_tokens); with
     // options.check_token_counts on (not while capturing) that is checked, otherwise it is the
     // caller's contract, as is calling synchronize() (or waiting on the stream) after the step.
@@ -133,6 +180,12 @@ class ParallelMoe {
 
   const RankLayout& layout() const;
   ExpertBackend& backend() const;
+  // Whether tokens are dispatched NVFP4-quantized (options.quantized_dispatch resolved).
+  bool quantized_dispatch() const;
+  // The shared GEMM1 input scale (decode convention) of quantized dispatch; 0 when off.
+  float dispatch_input_scale_2() const;
+  // Bytes of one dispatched token record: hidden (2H bf16, or H/2 + H/16 NVFP4) + top-k ids and weights.
+  size_t dispatch_record_bytes() const;
   // Collective. On an error the world communicator is aborted (the peers fail fast instead of waiting).
   Status forward(const Args& args, StepTimes* times = nullptr);
   // Waits, with the communicators' deadline, for the collectives a graph-mode forward enqueued on the

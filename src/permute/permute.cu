@@ -114,11 +114,13 @@ __global__ void __launch_bounds__(kRowThreads) permute_kernel(PermuteParams p) {
         u[2 * i] = bf16_to_float(uint16_t(w[i] & 0xffff));
         u[2 * i + 1] = bf16_to_float(uint16_t(w[i] >> 16));
       }
-      if (p.weight_on_input) {
+      // Prequantized rows (w4a4, quantized by the parallel dispatch with the layer's input scale and
+      // the router weight applied) are what the two steps below would produce: copied unchanged.
+      if (p.weight_on_input && !p.prequantized) {
 #pragma unroll
         for (int i = 0; i < 16; ++i) u[i] = bf16_to_float(float_to_bf16(mul_rn(u[i], weight)));
       }
-      if (p.w4a4) detail::fake_quantize_nvfp4_block_kernel(u, gs);
+      if (p.w4a4 && !p.prequantized) detail::fake_quantize_nvfp4_block_kernel(u, gs);
 #pragma unroll
       for (int i = 0; i < 8; ++i) out[i] = pack_bf16x2(u[2 * i], u[2 * i + 1]);
     }

@@ -4,7 +4,7 @@
 //             segments and the token-tile prefix, and initializes the placement cursors;
 //   permute:  one CTA per routed (token, slot) copies the token's row into its expert's segment of the tiled
 //             activation buffer (scaled by the router weight for Llama-4, NVFP4 fake-quantized in
-//             w4a4 mode), zeroes the K padding;
+//             w4a4 mode; copied unchanged when the rows are prequantized), zeroes the K padding;
 //   finalize: out[t] = sum over slots, in slot order, of the weighted expert outputs y.
 // No host synchronization; all sizes come from device memory.
 #pragma once
@@ -28,6 +28,9 @@ struct PermuteParams {
   int tile_tokens = 0;       // token tile (BN) of the GEMMs for this forward
   bool w4a4 = false;
   bool weight_on_input = false;
+  // w4a4: hidden rows are already the quantized GEMM1 input (e2m1 code x e4m3 block scale, router
+  // weight applied; ForwardArgs::hidden_prequantized): the permute copies them unchanged.
+  bool prequantized = false;
   const float* a1_gs = nullptr;  // [E_local]
   WorkspaceLayout layout;
   WorkspacePtrs ws;
