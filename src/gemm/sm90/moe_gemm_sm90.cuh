@@ -8,10 +8,10 @@
 // intermediate; GEMM2's applies alpha, bias and the router weight and writes y. Same contract and
 // numerics as the SIMT kernels (src/gemm/simt/), checked against reference/moe_reference.cpp.
 //
-// Warp roles (warp-specialized, persistent): warpgroup 0 is the producer, one thread in each of its
-// first kProducerWarps warps streaming every kProducerWarps-th K chunk (64) of the tile's weight
-// units and activation rows into a shared-memory stage with two bulk async copies (the units of a
-// chunk are contiguous); warpgroups 1..C are consumers, consumer c owning weight unit c of the tile.
+// Warp roles (warp-specialized, persistent): warpgroup 0 is the producer, one thread of which streams
+// each K chunk (64) of the tile's weight units and activation rows into a shared-memory stage with
+// two bulk async copies (the units of a chunk are contiguous); warpgroups 1..C are consumers,
+// consumer c owning weight unit c of the tile.
 #pragma once
 
 #include <cute/arch/mma_sm90_gmma.hpp>
@@ -112,8 +112,6 @@ struct Sm90Traits {
   // Every bucket is one more inlined copy of the K loop, and ptxas serializes all wgmma of a kernel
   // when any copy runs short of registers (C7512), so only BN128 keeps a second bucket (64).
   static constexpr int kMinBucket = kBN == 128 ? 64 : kBN;
-  // Producer threads (one per warp of warpgroup 0), each filling every kProducerWarps-th stage.
-  static constexpr int kProducerWarps = kStages % 4 == 0 ? 4 : kStages % 2 == 0 ? 2 : 1;
 
   // Register reallocation (1 CTA per SM): the CTA launches with kLaunchRegs a thread (the 64K file
   // over its threads; ptxas gives a kernel that uses setmaxnreg exactly that, which
@@ -122,7 +120,7 @@ struct Sm90Traits {
   // only what the producer gave back, or the CTA hangs (seen on an H200 with 4 consumers at 120).
   static constexpr bool kUseSetmaxnreg = kCtasPerSm == 1 && kConsumers >= 2;
   static constexpr uint32_t kLaunchRegs = (65536 / kThreads) / 8 * 8 > 255 ? 248 : (65536 / kThreads) / 8 * 8;
-  static constexpr uint32_t kProducerRegs = kConsumers >= 4 ? 32 : 40;
+  static constexpr uint32_t kProducerRegs = kConsumers >= 4 ? 24 : 40;
   static constexpr uint32_t kConsumerRegsRaw = kLaunchRegs + (kLaunchRegs - kProducerRegs) / kConsumers / 8 * 8;
   static constexpr uint32_t kConsumerRegs = kConsumerRegsRaw > 240 ? 240 : kConsumerRegsRaw;
 
@@ -400,11 +398,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   if (wg == 0) {
     // ---- Producer --------------------------------------------------------------------------------
     if constexpr (T::kUseSetmaxnreg) regs_decrease<T::kProducerRegs>();
-    // One thread in each of kProducerWarps warps (one per SM sub-partition): warp w fills the stages
-    // s with s % kProducerWarps == w. A single thread issuing every stage was the decode bottleneck
-    // (ncu: consumers waited on full stages while it never waited on an empty one).
-    const int pw = tid / 32;
-    if (tid % 32 != 0 || pw >= T::kProducerWarps) return;
+    if (tid != 0) return;
     const uint8_t* weights = T::kGemm1 ? p.w13 : p.w2;
     const uint8_t* act = reinterpret_cast<const uint8_t*>(T::kGemm1 ? p.ws.x : p.ws.h);
     const uint64_t pol_weights = policy_evict_first();
@@ -417,10 +411,6 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
       const uint32_t b_bytes = uint32_t(tile_bucket<T>(tc.rows)) * 128;
       const uint32_t bytes = b_bytes + valid_units * layout::kUnitBytes;
       for (int64_t ku = 0; ku < k_units; ++ku) {
-        if (ps.stage % T::kProducerWarps != pw) {
-          ps.advance(T::kStages);
-          continue;
-        }
         mbar_wait(&empty[ps.stage], ps.phase ^ 1);
         mbar_arrive_expect_tx(&full[ps.stage], bytes);
         bulk_g2s(smem + T::kOffB + ps.stage * T::kBTileBytes, act + (ku * p.layout.rows_cap + tc.row0) * 128,
