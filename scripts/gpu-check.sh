@@ -7,7 +7,8 @@
 #   memcheck    compute-sanitizer memcheck on the GPU tests (racecheck too with FP4MOE_RACECHECK=1)
 #   bench       fp4moe-bench per preset in "$@" (default deepseek-r1), args FP4MOE_BENCH_ARGS
 #   peers       bench/peers_torch.py on the same presets and tokens, then bench/compare.py
-#   python      builds the wheel there (pip, carried build deps), pytest tests/python, the example
+#   python      builds the wheel there (pip, carried build deps), pytest tests/python (the 2-GPU
+#               ParallelMoE tests where there are 2 GPUs), the example
 #   checkpoint  generated checkpoints through fp4moe-check and fp4moe-bench --checkpoint
 #   parallel    test_parallel_gpu and fp4moe-bench-parallel --nproc 2 (2 GPUs)
 # Exits non-zero when any step it ran failed (every step prints "=== <what> exit <rc>").
@@ -119,7 +120,10 @@ except fp4moe.InvalidArgumentError as e:
       ldd "$ext" 2>&1 | grep -E "stdc|gcc_s|cudart"
       which g++ c++ gcc; g++ --version | head -1; echo "CXX=${CXX:-} CC=${CC:-}"; grep -E "CMAKE_CXX_COMPILER:" build/pip/*/CMakeCache.txt
     fi
-    for t in test_gpu.py test_cpu.py; do
+    pytests="test_gpu.py test_cpu.py"
+    # the 2-GPU ParallelMoE tests (they skip themselves with fewer GPUs; run only where they can run)
+    [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ] && pytests="$pytests test_parallel_gpu.py"
+    for t in $pytests; do
       (cd /tmp && timeout 300 python3 -X faulthandler -m pytest "$root/tests/python/$t" -q -rs 2>&1 | grep -vE "^  File .*(_pytest|pluggy)" | tail -40; exit ${PIPESTATUS[0]})
       echo "=== pytest $t exit $?"
     done
