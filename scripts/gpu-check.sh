@@ -41,7 +41,7 @@ run_test() {  # name [args...]
 
 if has tests; then
   for t in ${FP4MOE_TESTS:-test_format test_routing test_reference test_api test_io test_parallel test_format_gpu \
-           test_routing_gpu test_moe_gpu}; do
+           test_routing_gpu test_moe_gpu test_pipeline_probe_gpu}; do
     run_test $t
   done >> "$log" 2>&1
   grep -E "^=== .* exit" "$log"
@@ -61,11 +61,17 @@ if has memcheck; then
     done
     set +f
     if [ "${FP4MOE_RACECHECK:-0}" = 1 ]; then
-      filter=${FP4MOE_RACECHECK_FILTER:-*deepseek_r1_w4a16_sm90*:*Hostile*sm90*}
-      echo "=== racecheck test_moe_gpu ($filter)"
-      timeout 600 compute-sanitizer --tool racecheck --error-exitcode 3 "$bin/test_moe_gpu" --gtest_filter="$filter" 2>&1 | \
-        grep -vE '^\[ +(RUN|OK) +\]' | head -40
-      echo "=== racecheck test_moe_gpu exit ${PIPESTATUS[0]}"
+      # the pipeline protocol alone (tests/test_pipeline_probe_gpu.cu), then the kernels
+      set -f
+      for spec in "test_pipeline_probe_gpu:*" \
+                  "test_moe_gpu:${FP4MOE_RACECHECK_FILTER:-*deepseek_r1_w4a16_sm90*:*Hostile*sm90*}"; do
+        t=${spec%%:*}; filter=${spec#*:}
+        echo "=== racecheck $t ($filter)"
+        timeout ${FP4MOE_RACECHECK_TIMEOUT:-600} compute-sanitizer --tool racecheck --error-exitcode 3 "$bin/$t" \
+          --gtest_filter="$filter" 2>&1 | grep -vE '^\[ +(RUN|OK) +\]' | head -40
+        echo "=== racecheck $t exit ${PIPESTATUS[0]}"
+      done
+      set +f
     fi
   } >> "$log" 2>&1
   grep -E "SUMMARY|memcheck.*exit|racecheck.*exit" "$log"
