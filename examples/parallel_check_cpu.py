@@ -4,7 +4,9 @@ single-rank CPU layer fp4moe.MoE(device='cpu'). No GPU needed.
 
 In w4a4 mode allgather-reducescatter dispatches the tokens NVFP4-quantized with one input scale shared by
 all experts, the largest a13_scale_2 (the C++ default, src/moe/parallel_moe.h): its reference is the
-single-rank layer with every a13_scale_2 replaced by that maximum.
+single-rank layer with every a13_scale_2 replaced by that maximum. --quantized-dispatch (run_local's
+quantized_dispatch) changes that: 'off' sends bf16 tokens everywhere (the plain layer), 'on' (w4a4 only)
+quantizes for alltoall too; strategies that send no tokens never quantize.
 
     python examples/parallel_check_cpu.py --preset deepseek-r1 --scale 14 --ranks 2,4
 """
@@ -26,7 +28,15 @@ def main():
     ap.add_argument("--tokens", type=int, default=4, help="tokens per DP group")
     ap.add_argument("--seed", type=int, default=0, help="weights: fp4moe.random_weights(problem, seed)")
     ap.add_argument("--tolerance", type=float, default=1e-5, help="normalized L2 error (tests/test_parallel.cpp)")
+    ap.add_argument(
+        "--quantized-dispatch",
+        default="auto",
+        choices=fp4moe.parallel.QUANTIZED_DISPATCH,
+        help="NVFP4-quantized dispatch in w4a4 (auto: allgather-reducescatter only)",
+    )
     args = ap.parse_args()
+    if args.quantized_dispatch == "on" and args.mode != "w4a4":
+        ap.error("--quantized-dispatch on needs --mode w4a4")
 
     problem = fp4moe.preset(args.preset).scaled(args.scale)
     problem.mode = args.mode
@@ -47,10 +57,21 @@ def main():
             plain = [reference(x, lg) for x, lg in zip(xs, logits)]
             with_shared_scale = [shared_reference(x, lg) for x, lg in zip(xs, logits)]
             for strategy in fp4moe.applicable_strategies(config):
-                quantized = problem.mode == "w4a4" and strategy == "allgather-reducescatter"
+                option = args.quantized_dispatch
+                if option == "on" and strategy not in ("allgather-reducescatter", "alltoall"):
+                    option = "off"  # no tokens to send: 'on' is refused there
+                quantized = option == "on" or (
+                    option == "auto" and problem.mode == "w4a4" and strategy == "allgather-reducescatter"
+                )
                 want = with_shared_scale if quantized else plain
                 outs = fp4moe.parallel.run_local(
-                    problem, config, strategy, args.seed, hidden_states=xs, router_logits=logits
+                    problem,
+                    config,
+                    strategy,
+                    args.seed,
+                    hidden_states=xs,
+                    router_logits=logits,
+                    quantized_dispatch=option,
                 )
                 worst = 0.0
                 for rank, out in enumerate(outs):

@@ -17,6 +17,18 @@ Two ways to run it:
 * ``ParallelMoE(problem, config, strategy)`` is one rank on this process's GPU (LOCAL_RANK), one
   process per GPU started by torchrun, mpirun or srun; the NCCL world communicator is bootstrapped
   from the launcher's variables (``launch_info()``).
+
+NVFP4-quantized dispatch (``quantized_dispatch='auto' | 'off' | 'on'``, both ways; C++
+ParallelMoeOptions::quantized_dispatch). In w4a4 mode the tokens can travel as their GEMM1 input
+already quantized to NVFP4 (0.5625 instead of 2 bytes per element), quantized once, before the
+dispatch, with ONE input global scale shared by all experts: the largest a13_scale_2 of the layer.
+Every expert's GEMM1 then uses that shared scale, so the output is exactly (up to the strategy's
+reduction order) the single-rank w4a4 layer's with every a13_scale_2 replaced by the maximum, which
+differs from the plain w4a4 layer wherever the experts' scales differ (and equals it when they are all
+the same). 'auto' (the default) turns it on for w4a4 with 'allgather-reducescatter' and leaves it off
+otherwise (bf16 tokens); 'off' keeps bf16 tokens, i.e. the per-expert scales of the single-rank layer;
+'on' asks for it with 'allgather-reducescatter' or 'alltoall' and is refused (InvalidArgumentError) in
+w4a16 mode and with strategies that send no tokens ('none', 'tp-allreduce').
 """
 
 from __future__ import annotations
@@ -29,6 +41,7 @@ from ._ext import InvalidArgumentError, ParallelConfig, Problem
 __all__ = [
     "ParallelConfig",
     "ParallelMoE",
+    "QUANTIZED_DISPATCH",
     "STRATEGIES",
     "applicable_strategies",
     "launch_info",
@@ -39,6 +52,9 @@ __all__ = [
 
 #: Every strategy name, in the C++ enum order.
 STRATEGIES: tuple = tuple(_ext.strategy_names())
+
+#: The values of the quantized_dispatch argument (C++ QuantizedDispatch: kAuto, kOff, kOn).
+QUANTIZED_DISPATCH: tuple = ("auto", "off", "on")
 
 
 def _config(config) -> ParallelConfig:
@@ -119,6 +135,12 @@ def _as_list(name: str, value) -> list:
     return [_arrays.export(v) for v in value]
 
 
+def _quantized_dispatch(value) -> str:
+    if not isinstance(value, str) or value not in QUANTIZED_DISPATCH:
+        raise InvalidArgumentError(f"quantized_dispatch = {value!r} is not one of 'auto', 'off', 'on'")
+    return value
+
+
 def _padded(padded_tokens) -> int:
     if isinstance(padded_tokens, bool) or not isinstance(padded_tokens, (int, np.integer)) or padded_tokens < 0:
         raise InvalidArgumentError(f"padded_tokens = {padded_tokens!r} must be an int >= 0 (or None: off)")
@@ -138,6 +160,7 @@ def run_local(
     timeout: float = 60.0,
     threads_per_rank: int = 1,
     padded_tokens: int | None = None,
+    quantized_dispatch: str = "auto",
 ) -> list:
     """The parallel layer on config.world_size in-process ranks (one thread each, the C++
     LocalCommunicator) with the CPU reference backend (the fp64 reference on each rank's shard).
@@ -152,16 +175,24 @@ def run_local(
     timeout: seconds, the deadline of every collective wait.
     padded_tokens: the CUDA-graph mode of ParallelMoE.forward (see there), here on CPU ranks: the
     same numbers as without it.
+    quantized_dispatch: 'auto' (default), 'off' or 'on': NVFP4-quantized dispatch in w4a4 mode (see
+    the module docstring). 'auto' is on for w4a4 with 'allgather-reducescatter', off otherwise; 'on'
+    with w4a16 or with a strategy that sends no tokens raises InvalidArgumentError.
 
     Returns one float32 NumPy array [T_rank, H] per rank: the full layer output for that rank's
-    tokens (the sum of the ranks' partial outputs). Buffers are sized for the largest input, not
-    problem.max_tokens. Errors raise fp4moe's exceptions with the C++ message (for a failure on a
-    rank, prefixed with that rank; a rank's own error is preferred over the aborts it caused in its
-    peers).
+    tokens (the sum of the ranks' partial outputs). Compare it with the single-rank
+    ``fp4moe.MoE(problem, weights, device='cpu')`` on the same weights, except where quantized
+    dispatch is on (w4a4 with 'allgather-reducescatter' by default): there the single-rank layer
+    to compare with is the one whose weights have every a13_scale_2 replaced by its maximum
+    (``dict(w, a13_scale_2=np.full_like(w['a13_scale_2'], w['a13_scale_2'].max()))``). Buffers
+    are sized for the largest input, not problem.max_tokens. Errors raise fp4moe's exceptions with
+    the C++ message (for a failure on a rank, prefixed with that rank; a rank's own error is
+    preferred over the aborts it caused in its peers).
     """
     problem = _problem(problem)
     config = _config(config)
     strategy = _strategy(config, strategy)
+    quantized_dispatch = _quantized_dispatch(quantized_dispatch)
     if isinstance(weights, (bool, float)) or not (isinstance(weights, (int, np.integer)) or hasattr(weights, "items")):
         raise InvalidArgumentError(
             f"weights is a {type(weights).__name__}; expected an int seed or a dict of arrays (all experts)"
@@ -199,6 +230,7 @@ def run_local(
         float(timeout),
         int(threads_per_rank),
         None if padded_tokens is None else _padded(padded_tokens),
+        quantized_dispatch,
     )
     return out
 
@@ -207,7 +239,7 @@ class ParallelMoE:
     """One rank of the parallel MoE layer on this process's GPU, over NCCL.
 
     ParallelMoE(problem, config, strategy=None, weights=None, *, seed=0, timeout=60.0,
-                check_token_counts=True)
+                check_token_counts=True, quantized_dispatch='auto')
 
     Start one process per GPU with torchrun, mpirun or srun; the world is every rank of the launch
     (launch_info()), which must equal config.world_size. Creation is collective: every rank builds
@@ -225,6 +257,12 @@ class ParallelMoE:
     timeout: seconds, the deadline of every communicator wait (set-up included); past it the call
     raises and the communicator is aborted, so the peers fail fast too.
     check_token_counts: check every step that the ranks of a DP group pass the same token count.
+    quantized_dispatch: 'auto' (default), 'off' or 'on': NVFP4-quantized dispatch in w4a4 mode (see
+    the module docstring): 'auto' is on for w4a4 with 'allgather-reducescatter', where the output is
+    then the single-GPU w4a4 layer's with every a13_scale_2 replaced by the largest; 'off' keeps bf16
+    tokens and the per-expert scales. 'on' with w4a16 or a strategy that sends no tokens raises
+    InvalidArgumentError before any GPU or NCCL set-up. Every rank must pass the same value
+    (checked). The properties quantized_dispatch and dispatch_input_scale_2 say what was resolved.
 
     After a failed forward the communicator is aborted: close the layer and create a new one.
     Call close() (or use ``with``) on every rank at the end.
@@ -240,17 +278,26 @@ class ParallelMoE:
         seed: int = 0,
         timeout: float = 60.0,
         check_token_counts: bool = True,
+        quantized_dispatch: str = "auto",
     ):
         problem = _problem(problem)
         config = _config(config)
         strategy = _strategy(config, strategy)
+        quantized_dispatch = _quantized_dispatch(quantized_dispatch)
         canonical = None
         if weights is not None:
             from . import _canonical_weights
 
             canonical = _canonical_weights(weights)
         self._layer = _ext.ParallelLayer.create(
-            problem, config, strategy, canonical, int(seed), float(timeout), bool(check_token_counts)
+            problem,
+            config,
+            strategy,
+            canonical,
+            int(seed),
+            float(timeout),
+            bool(check_token_counts),
+            quantized_dispatch,
         )
         self._problem = self._layer.problem
 
@@ -271,6 +318,18 @@ class ParallelMoE:
     def device(self) -> str:
         """'cuda:LOCAL_RANK'."""
         return self._layer.device
+
+    @property
+    def quantized_dispatch(self) -> bool:
+        """Whether the tokens are dispatched NVFP4-quantized (the quantized_dispatch argument resolved
+        against the mode and the strategy)."""
+        return self._layer.quantized_dispatch
+
+    @property
+    def dispatch_input_scale_2(self) -> float:
+        """The GEMM1 input global scale (decode convention) shared by all experts under quantized
+        dispatch: the largest a13_scale_2 of the layer, the same on every rank; 0.0 when it is off."""
+        return self._layer.dispatch_input_scale_2
 
     @property
     def layout(self) -> dict:

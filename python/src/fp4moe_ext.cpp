@@ -1071,6 +1071,27 @@ Strategy check_parallel_setup(const MoeProblem& p, const ParallelConfig& c, cons
   return s;
 }
 
+// ParallelMoeOptions::quantized_dispatch from its name ("auto", "off", "on"); the error names the value.
+QuantizedDispatch parse_quantized_dispatch_name(const std::string& name) {
+  QuantizedDispatch q;
+  check(parse_quantized_dispatch(name, &q));
+  return q;
+}
+
+// The mode/strategy rule ParallelMoe::create applies to quantized_dispatch (resolve_quantized_dispatch
+// in src/moe/parallel_moe.cpp, same wording), checked here too so that ParallelMoE refuses a bad
+// option before it selects a GPU and bootstraps NCCL. create() still checks it (the authority).
+void check_quantized_dispatch(const MoeProblem& p, Strategy strategy, QuantizedDispatch q) {
+  if (q != QuantizedDispatch::kOn) return;
+  if (p.mode != Mode::kW4A4)
+    fail_invalid("quantized_dispatch = on needs mode w4a4 (NVFP4 tokens are the w4a4 layer's GEMM1 input); mode = ",
+                 to_string(p.mode), " dispatches bf16 tokens (use auto or off)");
+  if (strategy != Strategy::kAllGatherReduceScatter && strategy != Strategy::kAllToAll)
+    fail_invalid("quantized_dispatch = on needs a strategy that dispatches tokens (allgather-reducescatter or "
+                 "alltoall); strategy ",
+                 to_string(strategy), " sends none (use auto or off)");
+}
+
 // The full (all experts, full intermediate size) host weights of a parallel layer, checked.
 WeightArrays read_full_weights(const MoeProblem& p, nb::dict weights) {
   return read_weights(p, ShardDims{p.num_experts(), p.intermediate_size}, weights);
@@ -1107,9 +1128,14 @@ A list_item(const char* name, size_t i, nb::handle item) {
 void parallel_run_local(const MoeProblem& problem, const ParallelConfig& config, const std::string& strategy_name,
                         std::optional<nb::dict> weights, uint64_t seed, nb::list hidden, std::optional<nb::list> logits,
                         std::optional<nb::list> topk_ids, std::optional<nb::list> topk_weights, nb::list outs,
-                        double timeout_s, int threads_per_rank, std::optional<int64_t> padded_tokens) {
+                        double timeout_s, int threads_per_rank, std::optional<int64_t> padded_tokens,
+                        const std::string& quantized_dispatch) {
   const int n = config.world_size();
   const Strategy strategy = check_parallel_setup(problem, config, strategy_name, n);
+  // Only the name here: the mode/strategy rule is left to ParallelMoe::create on every rank (so this
+  // runs the C++ check itself; its error comes back prefixed with the rank).
+  ParallelMoeOptions options;
+  options.quantized_dispatch = parse_quantized_dispatch_name(quantized_dispatch);
   if (!(timeout_s > 0) || !std::isfinite(timeout_s)) fail_invalid("timeout = ", timeout_s, " must be > 0 seconds");
   if (threads_per_rank < 1) fail_invalid("threads_per_rank = ", threads_per_rank, " must be >= 1");
   const int64_t H = problem.hidden_size;
@@ -1218,7 +1244,7 @@ void parallel_run_local(const MoeProblem& problem, const ParallelConfig& config,
       std::unique_ptr<ExpertBackend> backend;
       FP4MOE_RETURN_IF_ERROR(make_cpu_reference_backend(p, full, layout, ro, &backend));
       std::unique_ptr<ParallelMoe> layer;
-      FP4MOE_RETURN_IF_ERROR(ParallelMoe::create(p, config, strategy, &comm, std::move(backend), {}, &layer));
+      FP4MOE_RETURN_IF_ERROR(ParallelMoe::create(p, config, strategy, &comm, std::move(backend), options, &layer));
       const Input& in = inputs[per_rank ? size_t(rank) : size_t(layout.dp_rank)];
       ParallelMoe::Args a;
       a.hidden = in.hidden.data();
@@ -1282,11 +1308,14 @@ class ParallelGpuLayer {
  public:
   static std::unique_ptr<ParallelGpuLayer> create(const MoeProblem& problem, const ParallelConfig& config,
                                                   const std::string& strategy_name, std::optional<nb::dict> weights,
-                                                  uint64_t seed, double timeout_s, bool check_token_counts) {
+                                                  uint64_t seed, double timeout_s, bool check_token_counts,
+                                                  const std::string& quantized_dispatch) {
     if (!(timeout_s > 0) || !std::isfinite(timeout_s)) fail_invalid("timeout = ", timeout_s, " must be > 0 seconds");
+    const QuantizedDispatch qd = parse_quantized_dispatch_name(quantized_dispatch);
     LaunchInfo info;
     check(launch_info_from_environment(&info));
     const Strategy strategy = check_parallel_setup(problem, config, strategy_name, info.world_size);
+    check_quantized_dispatch(problem, strategy, qd);
     std::optional<WeightArrays> arrays;
     if (weights) arrays.emplace(read_full_weights(problem, *weights));
     auto layer = std::unique_ptr<ParallelGpuLayer>(new ParallelGpuLayer());
@@ -1312,6 +1341,7 @@ class ParallelGpuLayer {
     co.wait_each_op = false;  // collectives only enqueue (capturable); the forward or synchronize() waits
     ParallelMoeOptions po;
     po.check_token_counts = check_token_counts;
+    po.quantized_dispatch = qd;
     {
       nb::gil_scoped_release release;
       check(comm::create_nccl_world(info, layer->stream_, co, &layer->world_));
@@ -1321,6 +1351,8 @@ class ParallelGpuLayer {
       check(ParallelMoe::create(problem, config, strategy, layer->world_.get(), std::move(backend), po,
                                 &layer->layer_));
     }
+    layer->quantized_dispatch_ = layer->layer_->quantized_dispatch();
+    layer->dispatch_input_scale_2_ = layer->layer_->dispatch_input_scale_2();
     return layer;
 #else
     (void)seed;
@@ -1415,6 +1447,8 @@ class ParallelGpuLayer {
   const ParallelConfig& config() const { return config_; }
   std::string strategy() const { return to_string(strategy_); }
   std::string device() const { return place_.str(); }
+  bool quantized_dispatch() const { return quantized_dispatch_; }
+  float dispatch_input_scale_2() const { return dispatch_input_scale_2_; }
   nb::dict layout() const { return layout_dict(rank_layout(config_, info_.rank)); }
   nb::dict launch() const { return launch_dict(info_); }
   uintptr_t stream() const {
@@ -1434,6 +1468,9 @@ class ParallelGpuLayer {
   LaunchInfo info_;
   Place place_;
   bool closed_ = false;
+  // ParallelMoe::quantized_dispatch() / dispatch_input_scale_2() at create (kept after close()).
+  bool quantized_dispatch_ = false;
+  float dispatch_input_scale_2_ = 0.0f;
 #if FP4MOE_PY_HAS_NCCL
   cudaStream_t stream_ = nullptr;
   cudaEvent_t before_ = nullptr, after_ = nullptr;
@@ -1682,7 +1719,7 @@ NB_MODULE(_ext, m) {
   m.def("launch_info", &launch_info, "env"_a.none() = nb::none());
   m.def("parallel_run_local", &parallel_run_local, "problem"_a, "config"_a, "strategy"_a, "weights"_a.none(),
         "seed"_a, "hidden_states"_a, "router_logits"_a.none(), "topk_ids"_a.none(), "topk_weights"_a.none(), "out"_a,
-        "timeout"_a, "threads_per_rank"_a, "padded_tokens"_a.none());
+        "timeout"_a, "threads_per_rank"_a, "padded_tokens"_a.none(), "quantized_dispatch"_a);
   m.def(
       "check_parallel_forward_args",
       [](const MoeProblem& p, int device_id, InArray hidden, std::optional<InArray> logits,
@@ -1693,7 +1730,7 @@ NB_MODULE(_ext, m) {
       "topk_weights"_a.none(), "out"_a);
   nb::class_<ParallelGpuLayer>(m, "ParallelLayer")
       .def_static("create", &ParallelGpuLayer::create, "problem"_a, "config"_a, "strategy"_a, "weights"_a.none(),
-                  "seed"_a, "timeout"_a, "check_token_counts"_a)
+                  "seed"_a, "timeout"_a, "check_token_counts"_a, "quantized_dispatch"_a)
       .def("forward", &ParallelGpuLayer::forward, "hidden_states"_a, "router_logits"_a.none(), "topk_ids"_a.none(),
            "topk_weights"_a.none(), "out"_a, "stream"_a, "padded_tokens"_a.none())
       .def("synchronize", &ParallelGpuLayer::synchronize, "stream"_a)
@@ -1703,6 +1740,8 @@ NB_MODULE(_ext, m) {
       .def_prop_ro("config", [](const ParallelGpuLayer& l) { return l.config(); })
       .def_prop_ro("strategy", &ParallelGpuLayer::strategy)
       .def_prop_ro("device", &ParallelGpuLayer::device)
+      .def_prop_ro("quantized_dispatch", &ParallelGpuLayer::quantized_dispatch)
+      .def_prop_ro("dispatch_input_scale_2", &ParallelGpuLayer::dispatch_input_scale_2)
       .def_prop_ro("layout", &ParallelGpuLayer::layout)
       .def_prop_ro("launch_info", &ParallelGpuLayer::launch)
       .def_prop_ro("stream", &ParallelGpuLayer::stream);

@@ -8,6 +8,14 @@ Tolerance: as tests/test_parallel.cpp, normalized L2 error <= 1e-5. The referenc
 over a token's experts to fp32 once; the parallel layer rounds each rank's partial sum to fp32 and
 adds them in fp32, so the outputs differ by a few fp32 ulps. With top-1 routing and EP exactly one
 rank contributes to each token, so those outputs must be bit-identical.
+
+w4a4 and NVFP4-quantized dispatch (run_local's quantized_dispatch, C++ ParallelMoeOptions): where it
+is on (by default for allgather-reducescatter; alltoall with 'on') the tokens are quantized once with
+ONE input scale shared by all experts, the largest a13_scale_2, so the reference is the single-rank
+layer whose weights have every a13_scale_2 replaced by that maximum (as examples/parallel_check_cpu.py
+builds it). Where it is off (bf16 tokens) the reference is the plain single-rank layer, whose experts
+quantize with their own scales. The random weights' a13_scale_2 differ between experts, so the two
+references are far apart (checked: normalized L2 distance > 1e-2) and a wrong choice fails.
 """
 
 import numpy as np
@@ -24,7 +32,14 @@ CASES = [
     ("qwen3-30b-a3b", 3, "w4a4"),  # H 768, I 256, E 128, top-8
     ("gpt-oss-20b", 12, "w4a16"),  # MXFP4, biases, E 32, top-4
     ("llama4-scout", 32, "w4a16"),  # top-1, router weight on the input
+    ("llama4-scout", 32, "w4a4"),  # the same in w4a4: the sender weights the token before quantizing it
 ]
+W4A4_CASES = [c for c in CASES if c[2] == "w4a4"]
+#: The strategies that dispatch tokens, so the only ones NVFP4-quantized dispatch applies to.
+DISPATCHING = ("allgather-reducescatter", "alltoall")
+#: The least normalized L2 distance between the plain and the shared-scale w4a4 references (they are
+#: ~0.15 apart with the random weights): far above TOLERANCE, so comparing with the wrong one fails.
+REFERENCES_APART = 1e-2
 
 
 def make_problem(name, factor, mode):
@@ -39,18 +54,42 @@ def rel_l2(got, want):
     return float(np.linalg.norm(got.astype(np.float64) - want) / max(np.linalg.norm(want.astype(np.float64)), 1e-30))
 
 
+def shared_scale_weights(weights):
+    """The weights with every a13_scale_2 replaced by the largest: the single-rank layer of these is
+    what the parallel layer computes with NVFP4-quantized dispatch (one shared input scale)."""
+    a13 = np.asarray(weights["a13_scale_2"])
+    return dict(weights, a13_scale_2=np.full_like(a13, a13.max()))
+
+
+def quantizes(mode, strategy, quantized_dispatch):
+    """Whether run_local dispatches NVFP4 tokens (ParallelMoeOptions::quantized_dispatch resolved):
+    'auto' for w4a4 with allgather-reducescatter, 'on' (accepted only for w4a4 and a dispatching
+    strategy), never 'off'."""
+    if quantized_dispatch == "on":
+        return True
+    return quantized_dispatch == "auto" and mode == "w4a4" and strategy == "allgather-reducescatter"
+
+
 # Tokens per DP group: awkward sizes, with empty groups (a rank with 0 tokens still takes part).
 def tokens_of_group(dp_rank, dp):
     return 6 if dp == 1 else (5, 0, 3, 1)[dp_rank % 4]
 
 
 class Case:
-    """A problem, its single-rank CPU layer, and the inputs and reference outputs of each DP group."""
+    """A problem, its single-rank CPU layer, and the inputs and reference outputs of each DP group:
+    'ref' from the plain layer, and in w4a4 'ref_shared' from the shared-scale layer (weights with
+    every a13_scale_2 replaced by the largest)."""
 
     def __init__(self, name, factor, mode):
         self.problem = make_problem(name, factor, mode)
         self.moe = fp4moe.MoE.dummy(self.problem, SEED, device="cpu")
-        self.routing_bias = fp4moe.random_weights(self.problem, SEED).get("routing_bias")
+        weights = fp4moe.random_weights(self.problem, SEED)
+        self.routing_bias = weights.get("routing_bias")
+        self.shared_moe = None
+        if mode == "w4a4":
+            a13 = weights["a13_scale_2"]
+            assert a13.min() < a13.max(), "the test needs experts with different a13_scale_2"
+            self.shared_moe = fp4moe.MoE(self.problem, shared_scale_weights(weights), device="cpu")
         self._groups = {}
 
     def groups(self, dp, world):
@@ -63,11 +102,18 @@ class Case:
                 x = rng.standard_normal((T, self.problem.hidden_size)).astype(np.float32)
                 logits = rng.standard_normal((T, self.problem.num_experts)).astype(np.float32)
                 ids, weights = fp4moe.route(logits, self.problem, correction_bias=self.routing_bias)
-                groups.append(
-                    {"x": x, "logits": logits, "ids": ids, "weights": weights, "ref": self.moe(x, logits)}
-                )
+                g = {"x": x, "logits": logits, "ids": ids, "weights": weights, "ref": self.moe(x, logits)}
+                if self.shared_moe is not None:
+                    g["ref_shared"] = self.shared_moe(x, logits)
+                    if T > 0:
+                        apart = rel_l2(g["ref_shared"], g["ref"])
+                        assert apart > REFERENCES_APART, f"shared-scale and plain references only {apart:.3g} apart"
+                groups.append(g)
             self._groups[key] = groups
         return self._groups[key]
+
+    def reference_key(self, strategy, quantized_dispatch="auto"):
+        return "ref_shared" if quantizes(self.problem.mode, strategy, quantized_dispatch) else "ref"
 
 
 _cases = {}
@@ -80,19 +126,40 @@ def get_case(name, factor, mode):
     return _cases[key]
 
 
-def run(case, config, strategy, groups, from_logits, weights=SEED):
+def run(case, config, strategy, groups, from_logits, weights=SEED, **options):
     kwargs = {"hidden_states": [g["x"] for g in groups]}
     if from_logits:
         kwargs["router_logits"] = [g["logits"] for g in groups]
     else:
         kwargs["topk_ids"] = [g["ids"] for g in groups]
         kwargs["topk_weights"] = [g["weights"] for g in groups]
-    return fp4moe.parallel.run_local(case.problem, config, strategy, weights, timeout=30.0, **kwargs)
+    return fp4moe.parallel.run_local(case.problem, config, strategy, weights, timeout=30.0, **kwargs, **options)
+
+
+def check_outputs(case, config, groups, outs, ref_key, what):
+    """Each rank's output against its DP group's reference `ref_key`: finite, non-zero, normalized L2
+    error <= TOLERANCE, bit-identical for top-1 with EP."""
+    p = case.problem
+    assert len(outs) == config.world_size, what
+    for r, out in enumerate(outs):
+        g = groups[fp4moe.rank_layout(config, r)["dp_rank"]]
+        want = g[ref_key]
+        assert out.dtype == np.float32 and out.shape == want.shape, what
+        assert np.all(np.isfinite(out)), f"{what}: rank {r}"
+        if out.shape[0] == 0:
+            continue
+        assert np.linalg.norm(out) > 0, f"{what}: rank {r}"
+        err = rel_l2(out, want)
+        assert err <= TOLERANCE, f"{what}: rank {r}: normalized L2 error {err:.3g} against {ref_key}"
+        if p.top_k == 1 and config.ep > 1:
+            np.testing.assert_array_equal(out, want, err_msg=f"{what}: rank {r} (top-1, EP) against {ref_key}")
 
 
 @pytest.mark.parametrize("name,factor,mode", CASES, ids=[f"{c[0]}-{c[2]}" for c in CASES])
 @pytest.mark.parametrize("world", [2, 4])
 def test_every_config_and_strategy_matches_the_single_rank_moe(name, factor, mode, world):
+    """The default options: the plain single-rank layer, except w4a4 with allgather-reducescatter,
+    whose default NVFP4-quantized dispatch makes it the shared-scale layer."""
     case = get_case(name, factor, mode)
     p = case.problem
     configs = fp4moe.valid_parallel_configs(p, world)
@@ -103,22 +170,72 @@ def test_every_config_and_strategy_matches_the_single_rank_moe(name, factor, mod
         strategies = fp4moe.applicable_strategies(config)
         assert strategies
         for strategy in strategies:
-            what = f"{p.name} {config} {strategy}"
+            what = f"{p.name} {p.mode} {config} {strategy}"
             outs = run(case, config, strategy, groups, from_logits=num_runs % 2 == 0)  # both routing inputs
             num_runs += 1
-            assert len(outs) == world, what
-            for r, out in enumerate(outs):
-                g = groups[fp4moe.rank_layout(config, r)["dp_rank"]]
-                assert out.dtype == np.float32 and out.shape == g["ref"].shape, what
-                assert np.all(np.isfinite(out)), f"{what}: rank {r}"
-                if out.shape[0] == 0:
-                    continue
-                assert np.linalg.norm(out) > 0, f"{what}: rank {r}"
-                err = rel_l2(out, g["ref"])
-                assert err <= TOLERANCE, f"{what}: rank {r}: normalized L2 error {err:.3g}"
-                if p.top_k == 1 and config.ep > 1:
-                    np.testing.assert_array_equal(out, g["ref"], err_msg=f"{what}: rank {r} (top-1, EP)")
+            check_outputs(case, config, groups, outs, case.reference_key(strategy), what)
     assert num_runs >= (5 if world == 2 else 8)
+
+
+@pytest.mark.parametrize("name,factor,mode", W4A4_CASES, ids=[f"{c[0]}-{c[2]}" for c in W4A4_CASES])
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("quantized_dispatch", ["off", "on"])
+def test_w4a4_quantized_dispatch_off_and_on(name, factor, mode, world, quantized_dispatch):
+    """Every config and strategy that dispatches tokens, with the option given: 'off' (bf16 tokens)
+    is the plain single-rank layer with the per-expert scales, allgather-reducescatter included;
+    'on' is the shared-scale layer, alltoall included (where 'auto' leaves it off)."""
+    case = get_case(name, factor, mode)
+    p = case.problem
+    ref_key = "ref_shared" if quantized_dispatch == "on" else "ref"
+    seen = set()
+    for config in fp4moe.valid_parallel_configs(p, world):
+        groups = case.groups(config.dp, world)
+        for strategy in fp4moe.applicable_strategies(config):
+            if strategy not in DISPATCHING:
+                continue
+            what = f"{p.name} {p.mode} {config} {strategy} quantized_dispatch={quantized_dispatch}"
+            outs = run(case, config, strategy, groups, from_logits=len(seen) % 2 == 0,
+                       quantized_dispatch=quantized_dispatch)
+            seen.add(strategy)
+            check_outputs(case, config, groups, outs, ref_key, what)
+    assert seen == set(DISPATCHING)
+
+
+def test_auto_quantized_dispatch_resolves_per_mode_and_strategy():
+    """'auto' is bit for bit 'on' for w4a4 allgather-reducescatter, 'off' for w4a4 alltoall and for
+    w4a16 (where 'on' is refused)."""
+    config = (2, 1, 2)
+    for case_args, strategy, same_as in (
+        (CASES[1], "allgather-reducescatter", "on"),
+        (CASES[1], "alltoall", "off"),
+        (CASES[0], "allgather-reducescatter", "off"),
+        (CASES[0], "alltoall", "off"),
+    ):
+        case = get_case(*case_args)
+        groups = case.groups(2, 2)
+        auto = run(case, config, strategy, groups, from_logits=True)
+        explicit = run(case, config, strategy, groups, from_logits=True, quantized_dispatch=same_as)
+        for r in range(2):
+            np.testing.assert_array_equal(auto[r], explicit[r], err_msg=f"{case.problem.mode} {strategy} rank {r}")
+
+
+def test_quantized_dispatch_with_equal_input_scales_is_the_plain_layer():
+    """With every a13_scale_2 the same, the shared scale is each expert's own: NVFP4 tokens give the
+    plain w4a4 layer (allgather-reducescatter by default, alltoall when asked)."""
+    case = get_case(*CASES[1])
+    p = case.problem
+    weights = shared_scale_weights(fp4moe.random_weights(p, SEED))
+    moe = fp4moe.MoE(p, weights, device="cpu")
+    groups = case.groups(2, 2)
+    for strategy, option in (("allgather-reducescatter", "auto"), ("alltoall", "on"), ("alltoall", "off")):
+        outs = run(case, (2, 1, 2), strategy, groups, from_logits=True, weights=weights,
+                   quantized_dispatch=option)
+        for r, out in enumerate(outs):
+            g = groups[r]
+            if len(g["x"]) == 0:
+                continue
+            err = rel_l2(out, moe(g["x"], g["logits"]))
+            assert err <= TOLERANCE, f"{strategy} quantized_dispatch={option} rank {r}: {err:.3g}"
 
 
 @pytest.mark.parametrize("world", [2, 4])
@@ -141,6 +258,32 @@ def test_padded_tokens_graph_mode_gives_the_same_bits(world):
                 num_runs += 1
                 for r in range(world):
                     np.testing.assert_array_equal(outs[r], base[r], err_msg=f"{config} {strategy} {padded} rank {r}")
+    assert num_runs >= 4
+
+
+def test_padded_tokens_with_quantized_dispatch_gives_the_same_bits():
+    """Graph mode with NVFP4 tokens (w4a4 allgather-reducescatter, the default): the filler records'
+    zero codes and block scales expand to zeros; the real rows' outputs are exactly the unpadded
+    ones, which are the shared-scale layer's."""
+    case = get_case(*CASES[1])
+    p = case.problem
+    num_runs = 0
+    for world in (2, 4):
+        for config in fp4moe.valid_parallel_configs(p, world):
+            if "allgather-reducescatter" not in fp4moe.applicable_strategies(config):
+                continue
+            groups = case.groups(config.dp, world)
+            largest = max(len(g["x"]) for g in groups)
+            kwargs = {"hidden_states": [g["x"] for g in groups], "router_logits": [g["logits"] for g in groups]}
+            base = fp4moe.parallel.run_local(p, config, "allgather-reducescatter", SEED, timeout=30.0, **kwargs)
+            check_outputs(case, config, groups, base, "ref_shared", f"{config} unpadded")
+            outs = fp4moe.parallel.run_local(
+                p, config, "allgather-reducescatter", SEED, timeout=30.0, padded_tokens=p.max_tokens, **kwargs
+            )
+            num_runs += 1
+            for r in range(world):
+                np.testing.assert_array_equal(outs[r], base[r], err_msg=f"{config} padded {p.max_tokens} rank {r}")
+            assert largest < p.max_tokens  # the filler rows were there
     assert num_runs >= 4
 
 
@@ -284,6 +427,39 @@ def test_invalid_configs_and_strategies_name_the_bad_value(config, strategy, mes
         fp4moe.parallel.run_local(p, config, strategy, hidden_states=xs, router_logits=ls)
 
 
+@pytest.mark.parametrize(
+    "mode,config,strategy,option,message",
+    [
+        ("w4a16", (2, 1, 2), "alltoall", "on", "quantized_dispatch = on needs mode w4a4.*mode = w4a16"),
+        ("w4a16", (2, 1, 1), "allgather-reducescatter", "on", "quantized_dispatch = on needs mode w4a4"),
+        ("w4a4", (1, 2, 2), "tp-allreduce", "on",
+         "quantized_dispatch = on needs a strategy that dispatches tokens.*strategy tp-allreduce sends none"),
+        ("w4a4", (1, 1, 1), "none", "on", "strategy none sends none"),
+        ("w4a4", (2, 1, 2), "alltoall", "yes", "quantized_dispatch = 'yes' is not one of 'auto', 'off', 'on'"),
+        ("w4a4", (2, 1, 2), "alltoall", "ON", "quantized_dispatch = 'ON' is not one of"),
+        ("w4a4", (2, 1, 2), "alltoall", True, "quantized_dispatch = True is not one of"),
+        ("w4a4", (2, 1, 2), "alltoall", None, "quantized_dispatch = None is not one of"),
+    ],
+)
+def test_quantized_dispatch_errors_name_the_option(mode, config, strategy, option, message):
+    p = get_case(*CASES[1]).problem.replace(mode=mode)
+    dp = config[0]
+    xs, ls = inputs(p, dp)
+    with pytest.raises(fp4moe.InvalidArgumentError, match=message):
+        fp4moe.parallel.run_local(p, config, strategy, hidden_states=xs, router_logits=ls,
+                                  quantized_dispatch=option)
+
+
+def test_quantized_dispatch_off_and_auto_are_accepted_everywhere():
+    p = get_case(*CASES[1]).problem.replace(mode="w4a16")
+    xs, ls = inputs(p, 2)
+    for option in ("auto", "off"):
+        fp4moe.parallel.run_local(p, (1, 2, 2), "tp-allreduce", hidden_states=xs[:1], router_logits=ls[:1],
+                                  quantized_dispatch=option)
+        fp4moe.parallel.run_local(p, (2, 1, 2), "alltoall", hidden_states=xs, router_logits=ls,
+                                  quantized_dispatch=option)
+
+
 def test_config_and_strategy_checks():
     p = small()
     fp4moe.ParallelConfig(2, 2, 4).validate(p)
@@ -407,6 +583,13 @@ def test_parallel_moe_checks_config_and_strategy_before_the_gpu(monkeypatch):
         fp4moe.ParallelMoE(p, (2, 1, 2), weights={})
     with pytest.raises(fp4moe.InvalidArgumentError, match="expected fp4moe.Problem"):
         fp4moe.ParallelMoE("qwen3", (2, 1, 2))
+    # quantized_dispatch: the value, and 'on' against the mode and the strategy, before any GPU set-up.
+    with pytest.raises(fp4moe.InvalidArgumentError, match="quantized_dispatch = 'nvfp4' is not one of"):
+        fp4moe.ParallelMoE(p, (2, 1, 2), quantized_dispatch="nvfp4")
+    with pytest.raises(fp4moe.InvalidArgumentError, match="quantized_dispatch = on needs mode w4a4.*mode = w4a16"):
+        fp4moe.ParallelMoE(p.replace(mode="w4a16"), (2, 1, 2), "alltoall", quantized_dispatch="on")
+    with pytest.raises(fp4moe.InvalidArgumentError, match="strategy tp-allreduce sends none"):
+        fp4moe.ParallelMoE(p, (1, 2, 2), "tp-allreduce", quantized_dispatch="on")
     monkeypatch.setenv("RANK", "x")
     with pytest.raises(fp4moe.InvalidArgumentError, match="RANK"):
         fp4moe.ParallelMoE(p, (2, 1, 2))
@@ -422,6 +605,9 @@ def test_parallel_moe_without_a_gpu(monkeypatch):
     if fp4moe.has_nccl:
         assert "no CUDA device is visible" in str(e.value)
     assert "run_local" in str(e.value)
+    # A valid quantized_dispatch passes the early checks and reaches the same error.
+    with pytest.raises(fp4moe.UnsupportedError, match="run_local"):
+        fp4moe.ParallelMoE(small(), (2, 1, 2), "alltoall", quantized_dispatch="on")
 
 
 def test_parallel_moe_forward_argument_checks():
