@@ -149,6 +149,24 @@ struct GroupData {
   std::vector<uint16_t> single_gpu;  // the whole layer on one GPU for these tokens
 };
 
+// Fills each group's single_gpu with `whole`'s output for its tokens (on the current device).
+void run_single_gpu(MoeLayer& whole, std::vector<GroupData>& groups) {
+  for (GroupData& g : groups) {
+    if (g.num_tokens == 0) continue;
+    DeviceBuffer<uint16_t> h(g.hidden), out(size_t(g.num_tokens * whole.problem().hidden_size));
+    DeviceBuffer<float> l(g.logits);
+    DeviceBuffer<char> ws(whole.workspace_bytes());
+    ForwardArgs a;
+    a.hidden = h.get();
+    a.router_logits = l.get();
+    a.num_tokens = g.num_tokens;
+    a.out = out.get();
+    ASSERT_OK(whole.forward(a, ws.get(), ws.size(), nullptr));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    g.single_gpu = out.download();
+  }
+}
+
 class ParallelGpu : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(ParallelGpu, EveryTwoRankConfigMatchesTheSingleGpu) {
@@ -170,20 +188,8 @@ TEST_P(ParallelGpu, EveryTwoRankConfigMatchesTheSingleGpu) {
     ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
     std::unique_ptr<MoeLayer> whole;
     ASSERT_OK(MoeLayer::create_dummy(p, seed, {}, &whole));
-    for (GroupData& g : groups) {
-      if (g.num_tokens == 0) continue;
-      DeviceBuffer<uint16_t> h(g.hidden), out(size_t(g.num_tokens * p.hidden_size));
-      DeviceBuffer<float> l(g.logits);
-      DeviceBuffer<char> ws(whole->workspace_bytes());
-      ForwardArgs a;
-      a.hidden = h.get();
-      a.router_logits = l.get();
-      a.num_tokens = g.num_tokens;
-      a.out = out.get();
-      ASSERT_OK(whole->forward(a, ws.get(), ws.size(), nullptr));
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      g.single_gpu = out.download();
-    }
+    run_single_gpu(*whole, groups);
+    if (HasFatalFailure()) return;
   }
   const bool single_contributor = p.top_k() == 1;
   for (const ParallelConfig& c : valid_configs(p, 2)) {
@@ -487,19 +493,8 @@ TEST(ParallelGpu, W4a4QuantizedDispatchMatchesTheSingleGpuLayerWithTheSharedScal
     ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
     std::unique_ptr<MoeLayer> whole;
     ASSERT_OK(MoeLayer::create(p, w_shared.view(), {}, &whole));
-    for (GroupData& g : groups) {
-      DeviceBuffer<uint16_t> h(g.hidden), out(size_t(g.num_tokens * p.hidden_size));
-      DeviceBuffer<float> l(g.logits);
-      DeviceBuffer<char> ws(whole->workspace_bytes());
-      ForwardArgs a;
-      a.hidden = h.get();
-      a.router_logits = l.get();
-      a.num_tokens = g.num_tokens;
-      a.out = out.get();
-      ASSERT_OK(whole->forward(a, ws.get(), ws.size(), nullptr));
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      g.single_gpu = out.download();
-    }
+    run_single_gpu(*whole, groups);
+    if (HasFatalFailure()) return;
   }
   struct Case {
     ParallelConfig config;

@@ -143,10 +143,10 @@ struct Sm90Traits {
 // and the pair {S(r0), S(r1)} of its rows' prescaled scales: code * 2^-126 via bit placement, times
 // scale * 2^119 (exact); registers 0 and 2 are row r0's, 1 and 3 row r1's.
 __device__ __forceinline__ void decode_k16(uint32_t w, uint32_t s_pair, uint32_t (&a)[4]) {
-  a[0] = bf16x2_mul_lo(layout::fragment_bits(w, 0), s_pair);
-  a[1] = bf16x2_mul_hi(layout::fragment_bits(w, 1), s_pair);
-  a[2] = bf16x2_mul_lo(layout::fragment_bits(w, 2), s_pair);
-  a[3] = bf16x2_mul_hi(layout::fragment_bits(w, 3), s_pair);
+  a[0] = bf16x2_mul_half<0>(layout::fragment_bits(w, 0), s_pair);
+  a[1] = bf16x2_mul_half<1>(layout::fragment_bits(w, 1), s_pair);
+  a[2] = bf16x2_mul_half<0>(layout::fragment_bits(w, 2), s_pair);
+  a[3] = bf16x2_mul_half<1>(layout::fragment_bits(w, 3), s_pair);
 }
 
 template <class T>

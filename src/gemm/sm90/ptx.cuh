@@ -116,24 +116,18 @@ __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads
 }
 
 // a * b + (-0) on bf16x2: an exact product here, with subnormal inputs honoured (no flush).
-// a * {lo(s), lo(s)} and a * {hi(s), hi(s)}: ptxas folds the half broadcast into the multiply's
+// a * {h, h} for the half h (0: low, 1: high) of s: ptxas folds the broadcast into the multiply's
 // operand (HMUL2 ... R.H0_H0 / R.H1_H1), no extra instruction.
-__device__ __forceinline__ uint32_t bf16x2_mul_lo(uint32_t a, uint32_t s) {
+template <int kHalf>
+__device__ __forceinline__ uint32_t bf16x2_mul_half(uint32_t a, uint32_t s) {
+  static_assert(kHalf == 0 || kHalf == 1, "half 0 or 1");
   uint32_t d;
-  asm("{.reg .b16 lo, hi; .reg .b32 ss;\n\t"
-      "mov.b32 {lo, hi}, %2;\n\t"
-      "mov.b32 ss, {lo, lo};\n\t"
-      "fma.rn.bf16x2 %0, %1, ss, %3;}"
-      : "=r"(d) : "r"(a), "r"(s), "r"(0x80008000u));
-  return d;
-}
-__device__ __forceinline__ uint32_t bf16x2_mul_hi(uint32_t a, uint32_t s) {
-  uint32_t d;
-  asm("{.reg .b16 lo, hi; .reg .b32 ss;\n\t"
-      "mov.b32 {lo, hi}, %2;\n\t"
-      "mov.b32 ss, {hi, hi};\n\t"
-      "fma.rn.bf16x2 %0, %1, ss, %3;}"
-      : "=r"(d) : "r"(a), "r"(s), "r"(0x80008000u));
+  if constexpr (kHalf == 0)
+    asm("{.reg .b16 lo, hi; .reg .b32 ss;\n\tmov.b32 {lo, hi}, %2;\n\tmov.b32 ss, {lo, lo};\n\t"
+        "fma.rn.bf16x2 %0, %1, ss, %3;}" : "=r"(d) : "r"(a), "r"(s), "r"(0x80008000u));
+  else
+    asm("{.reg .b16 lo, hi; .reg .b32 ss;\n\tmov.b32 {lo, hi}, %2;\n\tmov.b32 ss, {hi, hi};\n\t"
+        "fma.rn.bf16x2 %0, %1, ss, %3;}" : "=r"(d) : "r"(a), "r"(s), "r"(0x80008000u));
   return d;
 }
 
