@@ -1009,8 +1009,11 @@ TEST(QuantizedDispatch, PaddedTokensEqualTheUnpaddedForward) {
           ++num_runs;
           expect_same_bits(st, outs, base);
           if (HasFatalFailure()) return;
-          for (int r = 0; r < world; ++r)
-            if (!outs[r].empty()) EXPECT_GT(testing::l2_norm(outs[r]), 0.0) << "rank " << r;
+          for (int r = 0; r < world; ++r) {
+            if (!outs[r].empty()) {
+              EXPECT_GT(testing::l2_norm(outs[r]), 0.0) << "rank " << r;
+            }
+          }
         }
       }
     }

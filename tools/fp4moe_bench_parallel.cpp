@@ -25,14 +25,20 @@
 //           all-gather moves the layer's own token records (ParallelMoe::dispatch_record_bytes, so NVFP4
 //           records when the dispatch is quantized), the reduce-scatter its output rows;
 //   graph:  GPU only, strategies with a CUDA-graph mode: the forward with padded_tokens = tok/rank
-//           captured once (collectives included), then replays, median ("-" where there is none).
+//           captured once (collectives included), then replays, median ("-" where there is none);
+//   g-exp:  GPU only, next to graph: this rank's experts alone (ExpertBackend::run_experts on the rows
+//           its experts phase takes: tok/rank x dp for allgather-reducescatter, tok/rank otherwise),
+//           captured and replayed the same way; graph - g-exp is the step's communication plus its
+//           routing and record packing, the part to compare with g-raw;
+//   g-raw:  GPU only: the raw all-gather + reduce-scatter above, captured and replayed.
 // The NCCL communicators only enqueue (wait_each_op off, so the forward can be captured): the host
 // waits once per step rather than after every collective, so phases/step are not comparable with
 // runs of this tool before the graph column existed (bench/results/2026-11-29_h200x2_*).
 // Rank 0 prints the slowest rank's medians per row. Host-clock timing (steady_clock) around synchronized
 // steps and replays, after a barrier: it includes launch overheads.
 //
-// Ran on 2 H200s (bench/results/2026-11-29_h200x2_deepseek-r1_parallel.txt); --cpu runs anywhere.
+// Ran on 2 H200s (bench/results/2026-11-29_h200x2_*parallel*.txt; g-exp and g-raw not yet); --cpu
+// runs anywhere (no graph columns there).
 #include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -166,8 +172,8 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Per-rank medians, in ms: dispatch, experts, combine, step, raw, graph (-1: none).
-constexpr int kNumStats = 6;
+// Per-rank medians, in ms: dispatch, experts, combine, step, raw, graph, g-exp, g-raw (-1: none).
+constexpr int kNumStats = 8;
 
 // Rank 0 gets every rank's stats through the communicator (in the backend's memory).
 Status gather_stats(comm::Communicator& world, ExpertBackend& backend, const std::vector<double>& mine,
@@ -211,8 +217,8 @@ Status run_rank(const Options& o, const MoeProblem& base, comm::Communicator& wo
                 (long long)base.hidden_size, (long long)base.intermediate_size, base.num_experts(), base.top_k());
     std::printf("quantized dispatch %s; wire: the dispatched token rows, bf16 (2 B/elt) or nvfp4 (0.5625 B/elt), "
                 "plus 8 B per top-k slot\n", to_string(o.quantized_dispatch));
-    std::printf("%-12s %-24s %8s %10s %10s %10s %10s %10s %10s %10s  %s\n", "config", "strategy", "tok/rank", "dispatch",
-                "experts", "combine", "phases", "step", "raw-comm", "graph", "wire");
+    std::printf("%-12s %-24s %8s %10s %10s %10s %10s %10s %10s %10s %10s %10s  %s\n", "config", "strategy", "tok/rank",
+                "dispatch", "experts", "combine", "phases", "step", "raw-comm", "graph", "g-exp", "g-raw", "wire");
     if (runs.empty()) std::printf("(no config/strategy matches --configs/--strategies for %d ranks)\n", world.size());
   }
   MoeProblem p = base;
@@ -246,6 +252,25 @@ Status run_rank(const Options& o, const MoeProblem& base, comm::Communicator& wo
     void* raw_send = nullptr;
     void* raw_recv = nullptr;
     const size_t raw_bytes = std::max(T * record_bytes, out_bytes) * size_t(world.size());
+    // The experts-alone graph's rows: the most its experts phase takes in one step.
+    const int64_t exp_rows_per_token = strategy == Strategy::kAllGatherReduceScatter ? config.dp : 1;
+    const size_t K = size_t(p.top_k()), XT = T * size_t(exp_rows_per_token);
+    Inputs ex;
+    void* ex_ids = nullptr;
+    void* ex_weights = nullptr;
+    if (time_graph) {
+      FP4MOE_RETURN_IF_ERROR(b->allocate(XT * H * 2, &ex.hidden));
+      FP4MOE_RETURN_IF_ERROR(b->allocate(XT * E * 4, &ex.logits));
+      FP4MOE_RETURN_IF_ERROR(b->allocate(XT * H * comm::size_of(b->output_type()), &ex.out));
+      FP4MOE_RETURN_IF_ERROR(b->allocate(XT * K * 4, &ex_ids));
+      FP4MOE_RETURN_IF_ERROR(b->allocate(XT * K * 4, &ex_weights));
+      std::vector<uint16_t> h(XT * H);
+      std::vector<float> l(XT * E);
+      for (auto& x : h) x = float_to_bf16(normal(rng));
+      for (auto& x : l) x = normal(rng);
+      FP4MOE_RETURN_IF_ERROR(b->copy_from_host(ex.hidden, h.data(), h.size() * 2));
+      FP4MOE_RETURN_IF_ERROR(b->copy_from_host(ex.logits, l.data(), l.size() * 4));
+    }
     FP4MOE_RETURN_IF_ERROR(b->allocate(T * H * 2, &in.hidden));
     FP4MOE_RETURN_IF_ERROR(b->allocate(T * E * 4, &in.logits));
     FP4MOE_RETURN_IF_ERROR(b->allocate(out_bytes, &in.out));
@@ -295,7 +320,7 @@ Status run_rank(const Options& o, const MoeProblem& base, comm::Communicator& wo
         FP4MOE_RETURN_IF_ERROR(world.synchronize());
         raw.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
       }
-      double graph_ms = -1.0;
+      double graph_ms = -1.0, graph_exp_ms = -1.0, graph_raw_ms = -1.0;
       if (time_graph && strategy != Strategy::kAllToAll && tokens > 0) {
         ParallelMoe::Args g = a;
         g.padded_tokens = tokens;
@@ -303,20 +328,47 @@ Status run_rank(const Options& o, const MoeProblem& base, comm::Communicator& wo
         FP4MOE_RETURN_IF_ERROR(time_graph([&] { return layer->forward(g); }, [&] { return layer->synchronize(); },
                                           o.warmup, o.iters, &replays));
         graph_ms = median(replays);
+        // The experts alone, on routing computed outside the graph.
+        const int64_t rows = tokens * exp_rows_per_token;
+        FP4MOE_RETURN_IF_ERROR(b->route(ex.logits, LogitsType::kF32, rows, static_cast<int32_t*>(ex_ids),
+                                        static_cast<float*>(ex_weights)));
+        FP4MOE_RETURN_IF_ERROR(b->synchronize());
+        replays.clear();
+        FP4MOE_RETURN_IF_ERROR(time_graph(
+            [&] {
+              return b->run_experts(static_cast<const uint16_t*>(ex.hidden), static_cast<const int32_t*>(ex_ids),
+                                    static_cast<const float*>(ex_weights), rows, ex.out);
+            },
+            [&] { return b->synchronize(); }, o.warmup, o.iters, &replays));
+        graph_exp_ms = median(replays);
+        replays.clear();
+        FP4MOE_RETURN_IF_ERROR(time_graph(
+            [&] {
+              FP4MOE_RETURN_IF_ERROR(world.all_gather_v(raw_send, gather_bytes, raw_recv,
+                                                        comm::equal_counts(world.size(), gather_bytes),
+                                                        comm::DataType::kU8));
+              return world.reduce_scatter_v_sum(raw_send, comm::equal_counts(world.size(), scatter_elems), raw_recv,
+                                                b->output_type());
+            },
+            [&] { return world.synchronize(); }, o.warmup, o.iters, &replays));
+        graph_raw_ms = median(replays);
       }
-      std::vector<double> mine{median(dispatch), median(experts), median(combine),
-                               median(step),     median(raw),     graph_ms},
+      std::vector<double> mine{median(dispatch), median(experts), median(combine), median(step),
+                               median(raw),      graph_ms,        graph_exp_ms,    graph_raw_ms},
           all;
       FP4MOE_RETURN_IF_ERROR(gather_stats(world, *b, mine, &all));
       if (rank == 0) {
         std::vector<double> worst(kNumStats, -1e300);
         for (int r = 0; r < world.size(); ++r)
           for (int k = 0; k < kNumStats; ++k) worst[k] = std::max(worst[k], all[size_t(r) * kNumStats + k]);
-        char graph[32] = "         -";
-        if (worst[5] >= 0) std::snprintf(graph, sizeof graph, "%10.3f", worst[5]);
-        std::printf("%-12s %-24s %8lld %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %s  %s\n", config_name(config).c_str(),
-                    to_string(strategy), (long long)tokens, worst[0], worst[1], worst[2], worst[0] + worst[1] + worst[2],
-                    worst[3], worst[4], graph, dispatch_name);
+        char graph[3][32];
+        for (int k = 0; k < 3; ++k) {
+          std::snprintf(graph[k], sizeof graph[k], "%10s", "-");
+          if (worst[5 + k] >= 0) std::snprintf(graph[k], sizeof graph[k], "%10.3f", worst[5 + k]);
+        }
+        std::printf("%-12s %-24s %8lld %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %s %s %s  %s\n",
+                    config_name(config).c_str(), to_string(strategy), (long long)tokens, worst[0], worst[1], worst[2],
+                    worst[0] + worst[1] + worst[2], worst[3], worst[4], graph[0], graph[1], graph[2], dispatch_name);
         std::fflush(stdout);
       }
     }
@@ -325,6 +377,8 @@ Status run_rank(const Options& o, const MoeProblem& base, comm::Communicator& wo
     b->release(in.out);
     b->release(raw_send);
     b->release(raw_recv);
+    for (void* ptr : {ex.hidden, ex.logits, ex.out, ex_ids, ex_weights})
+      if (ptr) b->release(ptr);
   }
   return Status::Ok();
 }
