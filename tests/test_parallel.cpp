@@ -1070,14 +1070,23 @@ TEST(QuantizedDispatch, OptionIsValidatedAtCreate) {
     EXPECT_TRUE(contains(s.message(), "configuration mismatch")) << s.message();
     EXPECT_TRUE(contains(s.message(), "rank 0 quantized_dispatch=on vs rank 1 quantized_dispatch=off")) << s.message();
   }
-  // Accepted: what each resolves to, by the bytes of a token record (hidden part + 8 bytes per slot).
-  const size_t H = size_t(p4.hidden_size), slots = size_t(p4.top_k()) * 8;
+  // Accepted: what each resolves to, by the bytes of a token record (hidden part + 8 bytes per slot). An
+  // NVFP4 row (9H/16 bytes) is padded to 16 bytes, which matters for H = 32 mod 64 (p96: 54 -> 64), so
+  // that the GPU backend's word-wise record gathers and the ids after the row stay aligned.
+  const size_t H = size_t(p4.hidden_size);
+  auto nvfp4_row = [](size_t h) { return (h / 2 + h / 16 + 15) / 16 * 16; };
+  MoeProblem p96 = p4;
+  p96.hidden_size = 96;
+  ASSERT_OK(validate(p96));
+  const HostMoeWeights w96 = make_random_weights(p96, 9);
+  EXPECT_EQ(nvfp4_row(96), 64u);
   using Accepted = std::tuple<const MoeProblem*, const HostMoeWeights*, ParallelConfig, Strategy, QuantizedDispatch, size_t>;
   const Accepted ok[] = {
-      {&p4, &w4, dp2ep2, Strategy::kAllGatherReduceScatter, QuantizedDispatch::kAuto, H / 2 + H / 16},
+      {&p4, &w4, dp2ep2, Strategy::kAllGatherReduceScatter, QuantizedDispatch::kAuto, nvfp4_row(H)},
       {&p4, &w4, dp2ep2, Strategy::kAllGatherReduceScatter, QuantizedDispatch::kOff, 2 * H},
       {&p4, &w4, dp2ep2, Strategy::kAllToAll, QuantizedDispatch::kAuto, 2 * H},
-      {&p4, &w4, dp2ep2, Strategy::kAllToAll, QuantizedDispatch::kOn, H / 2 + H / 16},
+      {&p4, &w4, dp2ep2, Strategy::kAllToAll, QuantizedDispatch::kOn, nvfp4_row(H)},
+      {&p96, &w96, dp2ep2, Strategy::kAllToAll, QuantizedDispatch::kOn, 64},
       {&p16, &w16, dp2ep2, Strategy::kAllGatherReduceScatter, QuantizedDispatch::kAuto, 2 * H},
       {&p4, &w4, {1, 2, 2}, Strategy::kTpAllReduce, QuantizedDispatch::kAuto, 2 * H},
   };
@@ -1087,8 +1096,22 @@ TEST(QuantizedDispatch, OptionIsValidatedAtCreate) {
     st = create_on_ranks(*p, *w, c, strategy, all(q), &bytes);
     for (int r = 0; r < c.world_size(); ++r) {
       ASSERT_OK(st[size_t(r)]);
-      EXPECT_EQ(bytes[size_t(r)], hidden_bytes + slots) << "rank " << r;
+      EXPECT_EQ(bytes[size_t(r)], hidden_bytes + size_t(p->top_k()) * 8) << "rank " << r;
+      EXPECT_EQ(bytes[size_t(r)] % 8, 0u) << "rank " << r;
     }
+  }
+  // A non-positive or NaN input scale anywhere: every rank fails at create (the shared scale would be
+  // meaningless), the holder of the bad expert naming it, the others through the exchanged NaN.
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), 0.0f, -1.0f}) {
+    HostMoeWeights w_bad = make_random_weights(p4, 8);
+    w_bad.a13_scale_2[1] = bad;
+    st = create_on_ranks(p4, w_bad, dp2ep2, Strategy::kAllGatherReduceScatter, all(QuantizedDispatch::kAuto));
+    bool named = false;
+    for (const Status& s : st) {
+      EXPECT_FALSE(s.ok());
+      named |= contains(s.message(), "a13_scale_2 of local expert 1") && contains(s.message(), "finite and > 0");
+    }
+    EXPECT_TRUE(named) << st[0].message();
   }
   QuantizedDispatch q;
   EXPECT_OK(parse_quantized_dispatch("on", &q));

@@ -30,7 +30,10 @@
 //           its experts phase takes: tok/rank x dp for allgather-reducescatter, tok/rank otherwise),
 //           captured and replayed the same way; graph - g-exp is the step's communication plus its
 //           routing and record packing, the part to compare with g-raw;
-//   g-raw:  GPU only: the raw all-gather + reduce-scatter above, captured and replayed.
+//   g-raw:  GPU only: the raw all-gather + reduce-scatter above, captured and replayed. Like raw, it is
+//           over the whole world: the reference for allgather-reducescatter with tp = 1; tp-allreduce
+//           rows all-reduce instead, and dp x tp > 1 gathers over the DP group only.
+// wire: what the dispatch sends per token (bf16 or nvfp4 rows), "-" for strategies that send none.
 // The NCCL communicators only enqueue (wait_each_op off, so the forward can be captured): the host
 // waits once per step rather than after every collective, so phases/step are not comparable with
 // runs of this tool before the graph column existed (bench/results/2026-11-29_h200x2_*).
@@ -144,6 +147,8 @@ Options parse(int argc, char** argv) {
     }
   }
   if (o.nproc < 1) die("--nproc = " + std::to_string(o.nproc) + " must be >= 1");
+  if (o.quantized_dispatch == QuantizedDispatch::kOn && o.mode != Mode::kW4A4)
+    die(std::string("--quantized-dispatch on needs --mode w4a4 (mode is ") + to_string(o.mode) + ")");
   if (o.tokens.empty()) die("--tokens is empty");
   return o;
 }
@@ -247,7 +252,8 @@ Status run_rank(const Options& o, const MoeProblem& base, comm::Communicator& wo
     // Raw reference: the same per-rank bytes as dispatch (the layer's token records, bf16 or NVFP4) and
     // combine (outputs).
     const size_t record_bytes = layer->dispatch_record_bytes();
-    const char* dispatch_name = layer->quantized_dispatch() ? "nvfp4" : "bf16";
+    const bool sends_tokens = strategy == Strategy::kAllGatherReduceScatter || strategy == Strategy::kAllToAll;
+    const char* dispatch_name = !sends_tokens ? "-" : layer->quantized_dispatch() ? "nvfp4" : "bf16";
     Inputs in;
     void* raw_send = nullptr;
     void* raw_recv = nullptr;
@@ -439,8 +445,11 @@ int run_gpu_rank(const Options& o, const MoeProblem& p, const LaunchInfo& info) 
                    const Status captured = body();
                    cudaGraph_t graph = nullptr;
                    const cudaError_t end = cudaStreamEndCapture(stream, &graph);
-                   FP4MOE_RETURN_IF_ERROR(captured);
-                   FP4MOE_RETURN_IF_ERROR(cuda(end, "cudaStreamEndCapture"));
+                   if (!captured.ok() || end != cudaSuccess) {
+                     if (graph) cudaGraphDestroy(graph);
+                     FP4MOE_RETURN_IF_ERROR(captured);
+                     return cuda(end, "cudaStreamEndCapture");
+                   }
                    cudaGraphExec_t exec = nullptr;
                    const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
                    cudaGraphDestroy(graph);

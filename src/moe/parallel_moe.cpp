@@ -255,8 +255,7 @@ class CpuReferenceBackend final : public ExpertBackend {
   Status max_input_scale_2(float* out) override {
     if (problem_.mode != Mode::kW4A4 || shard_.a13_scale_2.empty())
       return invalid_argument("max_input_scale_2: mode ", to_string(problem_.mode), " has no GEMM1 input scales");
-    *out = *std::max_element(shard_.a13_scale_2.begin(), shard_.a13_scale_2.end());
-    return Status::Ok();
+    return max_positive_scale(shard_.a13_scale_2, out);
   }
   Status use_prequantized_input(float input_scale_2) override {
     if (problem_.mode != Mode::kW4A4)
@@ -566,7 +565,9 @@ Status ParallelMoe::create(const MoeProblem& problem, const ParallelConfig& conf
   }
 
   m.hidden_bytes = size_t(H) * 2;
-  m.wire_bytes = m.quantized ? size_t(detail::dispatch_row_bytes(H)) : m.hidden_bytes;
+  // NVFP4 rows are 9H/16 bytes, 2 mod 4 when H = 32 mod 64: padded to 16 bytes so that records (and
+  // the ids and weights inside them) stay aligned for the GPU backend's word-wise row gathers.
+  m.wire_bytes = m.quantized ? (size_t(detail::dispatch_row_bytes(H)) + 15) / 16 * 16 : m.hidden_bytes;
   m.ids_bytes = size_t(K) * 4;
   m.record_bytes = m.wire_bytes + 2 * m.ids_bytes;
   m.out_row_bytes = size_t(H) * comm::size_of(m.backend->output_type());

@@ -5,9 +5,8 @@
 // gather_rows / scatter_add_rows / quantize_rows_nvfp4 / dequantize_rows_nvfp4; the NVFP4 blocks are
 // src/moe/dispatch_codec.h, shared by both).
 //
-// The NVFP4 row kernels (quantized dispatch) are compiled only, not yet run on a GPU either.
-//
-// STATUS: compiled only. Not yet run: written on a machine without a GPU.
+// Ran on 2 H200s (test_parallel_gpu, the Python ParallelMoE tests, fp4moe-bench-parallel): bf16 and
+// NVFP4 dispatch, dummy and host weights (bench/results/README.md, third session, run 9).
 // No NCCL here (STYLE.md: kernel code never includes it); the communicator shares the stream.
 #include <algorithm>
 #include <climits>
@@ -27,7 +26,8 @@ namespace {
 
 constexpr int kRowThreads = 128;
 
-// dst row i = src row index[i]; rows are words_per_row 32-bit words (token records are multiples of 8 bytes).
+// dst row i = src row index[i]; rows are words_per_row 32-bit words (token records are multiples of 8
+// bytes: bf16 rows or NVFP4 rows padded to 16, then 8 bytes per top-k slot).
 __global__ void gather_rows_kernel(const uint32_t* __restrict__ src, const int32_t* __restrict__ index,
                                    int64_t words_per_row, uint32_t* __restrict__ dst) {
   const int64_t i = blockIdx.x;
@@ -213,8 +213,7 @@ class GpuLayerBackend final : public ExpertBackend {
   Status max_input_scale_2(float* out) override {
     if (problem_.mode != Mode::kW4A4 || a13_scale_2_.empty())
       return invalid_argument("max_input_scale_2: mode ", to_string(problem_.mode), " has no GEMM1 input scales");
-    *out = *std::max_element(a13_scale_2_.begin(), a13_scale_2_.end());
-    return Status::Ok();
+    return max_positive_scale(a13_scale_2_, out);
   }
   Status use_prequantized_input(float input_scale_2) override {
     FP4MOE_RETURN_IF_ERROR(layer_->set_input_scale_2(input_scale_2));

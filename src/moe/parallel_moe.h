@@ -35,7 +35,10 @@
 // forward is bit-reproducible and equal to a serial sum of the ranks' partial outputs in that order.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <memory>
+#include <vector>
 
 #include "fp4moe/moe.h"
 #include "fp4moe/parallel.h"
@@ -86,6 +89,20 @@ class ExpertBackend {
   // The largest GEMM1 input global scale (a13_scale_2, decode convention) of the experts this backend
   // holds; an error outside w4a4.
   virtual Status max_input_scale_2(float* out) = 0;
+  // The largest of `scales` (this rank's experts' a13_scale_2), which must all be finite and > 0 (the
+  // backends' max_input_scale_2; an error names the first bad expert).
+  static Status max_positive_scale(const std::vector<float>& scales, float* out) {
+    if (scales.empty()) return invalid_argument("max_input_scale_2: no experts");
+    float m = 0.0f;
+    for (size_t e = 0; e < scales.size(); ++e) {
+      if (!std::isfinite(scales[e]) || !(scales[e] > 0.0f))
+        return invalid_argument("a13_scale_2 of local expert ", e, " = ", scales[e],
+                                ": quantized dispatch needs every input scale finite and > 0");
+      m = std::max(m, scales[e]);
+    }
+    *out = m;
+    return Status::Ok();
+  }
   // Set-up time, once: from now on every local expert's GEMM1 uses input_scale_2 as its input global
   // scale, and run_experts() takes prequantized `hidden` rows (what dequantize_rows_nvfp4 writes).
   virtual Status use_prequantized_input(float input_scale_2) = 0;
@@ -111,8 +128,8 @@ Status make_cpu_reference_backend(const MoeProblem& problem, const HostMoeWeight
 // MoeLayer::create_dummy(dummy_seed). problem.max_tokens is the most tokens one rank passes; the layer
 // is sized for max_expert_tokens(config, strategy, ...). Quantized dispatch: MoeLayer::set_input_scale_2
 // and ForwardArgs::hidden_prequantized, and two row kernels (parallel_moe.cu).
-// STATUS: the bf16 paths ran on 2 H200s with dummy weights (README); host weights and quantized
-// dispatch are compiled only, not yet run on a GPU.
+// Ran on 2 H200s with dummy and host weights, bf16 and NVFP4 dispatch (test_parallel_gpu and the
+// Python ParallelMoE tests).
 Status make_gpu_backend(const MoeProblem& problem, const ParallelConfig& config, Strategy strategy,
                         const RankLayout& layout, const MoeWeightsView* host_weights, uint64_t dummy_seed,
                         cudaStream_t stream, std::unique_ptr<ExpertBackend>* out);
