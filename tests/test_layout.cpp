@@ -3,6 +3,7 @@
 // for every code and every scale byte, and the GEMM1 gate/up interleave pairs the right rows.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <set>
@@ -95,7 +96,10 @@ TEST(WeightLayout, RegisterDecodeIsExactForAllCodesAndScales) {
       const double scale = mx ? double(e8m0_to_float(uint8_t(sb))) : double(e4m3_to_float(uint8_t(sb)));
       ASSERT_TRUE(std::isnan(scale) || double(scale_of_code(rs.code, mx)) == std::fabs(scale) || scale == 0.0)
           << "scale byte " << sb;
-      for (int other = 0; other < 152; other += 50) {  // another valid code in the thread's other bytes
+      // another valid code in the thread's other bytes: the smallest, a middle one, the largest (+Inf)
+      const std::array<int, 3> others =
+          mx ? std::array<int, 3>{kMinE8m0, 127, 136} : std::array<int, 3>{0, 24, 144};
+      for (int other : others) {
         for (int j = 0; j < 4; ++j) {
           for (int row = 0; row < 2; ++row) {  // this scale as row r0's (registers 0, 2) or r1's (1, 3)
             uint8_t bytes[8];

@@ -438,8 +438,6 @@ GroupData make_group(const MoeProblem& p, const HostMoeWeights& w, int64_t T, ui
   return g;
 }
 
-// Runs the parallel layer on LocalCommunicator ranks; each rank routes its own tokens from the logits
-// (or takes the group's precomputed routing). Outputs start as NaN so an unwritten element fails.
 // Every rank succeeded and its output equals base's bit for bit.
 void expect_same_bits(const std::vector<Status>& st, const std::vector<std::vector<float>>& outs,
                       const std::vector<std::vector<float>>& base) {
@@ -451,6 +449,8 @@ void expect_same_bits(const std::vector<Status>& st, const std::vector<std::vect
   }
 }
 
+// Runs the parallel layer on LocalCommunicator ranks; each rank routes its own tokens from the logits
+// (or takes the group's precomputed routing). Outputs start as NaN so an unwritten element fails.
 std::vector<std::vector<float>> run_parallel(const MoeProblem& p, const HostMoeWeights& w, const ParallelConfig& c,
                                              Strategy strategy, const std::vector<GroupData>& groups, bool from_logits,
                                              std::vector<Status>* statuses, int64_t padded_tokens = -1,

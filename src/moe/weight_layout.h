@@ -167,7 +167,8 @@ constexpr int kMaxE8m0 = 128 + kWeightPrescaleLog2;  // largest prescaled scale 
 
 // Scale codes. A block scale is stored as a code c whose prescaled scale, scale * 2^(126 - 7), has the
 // bf16 bits c * mul + bias: the kernels decode two codes at once with one integer multiply-add on a
-// word holding them in its two 16-bit halves (c * mul < 2^15 and no carry into the other half).
+// word holding them in its two 16-bit halves (c * mul + bias <= 0x7f80, +Inf, for every code made
+// here: no carry into the sign bit or the other half).
 //   NVFP4: c = ((E + 9) << 3) | m for a positive e4m3 scale 2^E (1 + m / 8), E in [-9, 8] (subnormal
 //          e4m3 scales are normal numbers here); mul 16, bias 237 << 7: bf16 exponent E + 246.
 //   MXFP4: c = the e8m0 byte b in [kMinE8m0, kMaxE8m0]; mul 128, bias 119 << 7: 2^(b - 8).

@@ -8,8 +8,9 @@ namespace fp4moe::sm90 {
 const std::vector<Sm90Config>& compiled_configs() {
   // The instantiations of launch.cuh's dispatch; select_config returns only these.
   static const std::vector<Sm90Config> kConfigs = {
-      // Double-buffered A fragments where they measured as fast or faster than single-buffered ones
-      // (H200, bench/results/2026-11-29_h200_tune_v3.txt); BN64 has no double-buffered build.
+      // Double-buffered A fragments: in the H200 tuning run (bench/results/2026-11-29_h200_tune_v3.txt)
+      // they were faster at most points and within 0.5% at the rest (BN256 and BN32 at T=2048/8192);
+      // BN64 has no double-buffered build (ptxas serialized or spilled it).
       {16, 4, 12, 1, "decode: <= 8 rows per expert", true},
       {32, 4, 10, 1, "small: <= 24 rows per expert", true},
       {64, 4, 8, 1, "medium: <= 40 rows per expert"},
@@ -66,7 +67,10 @@ Status TuneTable::load(const std::string& path, const std::string& device_name) 
     };
     if (!header) {
       std::string version;
-      if (first != "fp4moe-tune" || !(in >> version) || version != "v1") return bad("expected 'fp4moe-tune v1'");
+      if (first == "fp4moe-tune" && (in >> version) && version == "v1")
+        return bad("a v1 table, from before the configs were renamed (double-buffered '_db' ones, 2026-11-29); "
+                   "measure again with fp4moe-bench --tune");
+      if (first != "fp4moe-tune" || version != "v2") return bad("expected 'fp4moe-tune v2'");
       header = true;
       continue;
     }
@@ -92,7 +96,7 @@ Status TuneTable::load(const std::string& path, const std::string& device_name) 
 Status TuneTable::save(const std::string& path) const {
   std::ofstream f(path);
   if (!f) return Status(StatusCode::kIoError, detail::concat("tune file '", path, "' cannot be written"));
-  f << "fp4moe-tune v1\n# written by fp4moe-bench --tune\ndevice " << device_ << "\n";
+  f << "fp4moe-tune v2\n# written by fp4moe-bench --tune\ndevice " << device_ << "\n";
   f << "# H I_local local_experts top_k rows_per_expert_bucket config\n";
   for (const auto& [k, c] : entries_)
     f << std::get<0>(k) << ' ' << std::get<1>(k) << ' ' << std::get<2>(k) << ' ' << std::get<3>(k) << ' '
