@@ -4,7 +4,7 @@
 // are ignored.
 //
 // File format (text, one entry a line; '#' starts a comment):
-//   fp4moe-tune v1
+//   fp4moe-tune v2          (v1, written before the double-buffered configs were the defaults, is refused)
 //   device <name of the GPU>
 //   <H> <I per rank> <local experts> <top-k> <rows-per-expert bucket> <config name>
 // The bucket is the smallest power of two >= ceil(tokens * top_k / local experts).
