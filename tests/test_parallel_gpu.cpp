@@ -149,6 +149,14 @@ struct GroupData {
   std::vector<uint16_t> single_gpu;  // the whole layer on one GPU for these tokens
 };
 
+// Fresh random hidden states and logits for each group's num_tokens tokens.
+void random_group_inputs(std::mt19937_64& rng, const MoeProblem& p, std::vector<GroupData>& groups) {
+  for (GroupData& g : groups) {
+    g.hidden = testing::random_hidden(rng, g.num_tokens, p.hidden_size);
+    g.logits = testing::random_logits(rng, g.num_tokens, p.num_experts());
+  }
+}
+
 // Fills each group's single_gpu with `whole`'s output for its tokens (on the current device).
 void run_single_gpu(MoeLayer& whole, std::vector<GroupData>& groups) {
   for (GroupData& g : groups) {
@@ -180,10 +188,7 @@ TEST_P(ParallelGpu, EveryTwoRankConfigMatchesTheSingleGpu) {
   // Group 0 has 33 tokens, group 1 none (dp = 2 configs), so an idle rank takes part too.
   std::vector<GroupData> groups(2);
   groups[0].num_tokens = 33;
-  for (GroupData& g : groups) {
-    g.hidden = testing::random_hidden(rng, g.num_tokens, p.hidden_size);
-    g.logits = testing::random_logits(rng, g.num_tokens, p.num_experts());
-  }
+  random_group_inputs(rng, p, groups);
   {
     ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
     std::unique_ptr<MoeLayer> whole;
@@ -485,10 +490,7 @@ TEST(ParallelGpu, W4a4QuantizedDispatchMatchesTheSingleGpuLayerWithTheSharedScal
   std::vector<GroupData> groups(2);
   groups[0].num_tokens = 33;
   groups[1].num_tokens = 17;
-  for (GroupData& g : groups) {
-    g.hidden = testing::random_hidden(rng, g.num_tokens, p.hidden_size);
-    g.logits = testing::random_logits(rng, g.num_tokens, p.num_experts());
-  }
+  random_group_inputs(rng, p, groups);
   {
     ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
     std::unique_ptr<MoeLayer> whole;

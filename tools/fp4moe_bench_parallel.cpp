@@ -261,35 +261,30 @@ Status run_rank(const Options& o, const MoeProblem& base, comm::Communicator& wo
     // The experts-alone graph's rows: the most its experts phase takes in one step.
     const int64_t exp_rows_per_token = strategy == Strategy::kAllGatherReduceScatter ? config.dp : 1;
     const size_t K = size_t(p.top_k()), XT = T * size_t(exp_rows_per_token);
+    // Random hidden states and logits for `rows` tokens, allocated in the backend's memory.
+    auto random_inputs = [&](size_t rows, Inputs* x) -> Status {
+      FP4MOE_RETURN_IF_ERROR(b->allocate(rows * H * 2, &x->hidden));
+      FP4MOE_RETURN_IF_ERROR(b->allocate(rows * E * 4, &x->logits));
+      std::vector<uint16_t> h(rows * H);
+      std::vector<float> l(rows * E);
+      for (auto& v : h) v = float_to_bf16(normal(rng));
+      for (auto& v : l) v = normal(rng);
+      FP4MOE_RETURN_IF_ERROR(b->copy_from_host(x->hidden, h.data(), h.size() * 2));
+      return b->copy_from_host(x->logits, l.data(), l.size() * 4);
+    };
+    FP4MOE_RETURN_IF_ERROR(random_inputs(T, &in));
+    FP4MOE_RETURN_IF_ERROR(b->allocate(out_bytes, &in.out));
+    FP4MOE_RETURN_IF_ERROR(b->allocate(raw_bytes, &raw_send));
+    FP4MOE_RETURN_IF_ERROR(b->allocate(raw_bytes, &raw_recv));
+    FP4MOE_RETURN_IF_ERROR(b->zero(raw_send, raw_bytes));
     Inputs ex;
     void* ex_ids = nullptr;
     void* ex_weights = nullptr;
     if (time_graph) {
-      FP4MOE_RETURN_IF_ERROR(b->allocate(XT * H * 2, &ex.hidden));
-      FP4MOE_RETURN_IF_ERROR(b->allocate(XT * E * 4, &ex.logits));
+      FP4MOE_RETURN_IF_ERROR(random_inputs(XT, &ex));
       FP4MOE_RETURN_IF_ERROR(b->allocate(XT * H * comm::size_of(b->output_type()), &ex.out));
       FP4MOE_RETURN_IF_ERROR(b->allocate(XT * K * 4, &ex_ids));
       FP4MOE_RETURN_IF_ERROR(b->allocate(XT * K * 4, &ex_weights));
-      std::vector<uint16_t> h(XT * H);
-      std::vector<float> l(XT * E);
-      for (auto& x : h) x = float_to_bf16(normal(rng));
-      for (auto& x : l) x = normal(rng);
-      FP4MOE_RETURN_IF_ERROR(b->copy_from_host(ex.hidden, h.data(), h.size() * 2));
-      FP4MOE_RETURN_IF_ERROR(b->copy_from_host(ex.logits, l.data(), l.size() * 4));
-    }
-    FP4MOE_RETURN_IF_ERROR(b->allocate(T * H * 2, &in.hidden));
-    FP4MOE_RETURN_IF_ERROR(b->allocate(T * E * 4, &in.logits));
-    FP4MOE_RETURN_IF_ERROR(b->allocate(out_bytes, &in.out));
-    FP4MOE_RETURN_IF_ERROR(b->allocate(raw_bytes, &raw_send));
-    FP4MOE_RETURN_IF_ERROR(b->allocate(raw_bytes, &raw_recv));
-    {
-      std::vector<uint16_t> h(T * H);
-      std::vector<float> l(T * E);
-      for (auto& x : h) x = float_to_bf16(normal(rng));
-      for (auto& x : l) x = normal(rng);
-      FP4MOE_RETURN_IF_ERROR(b->copy_from_host(in.hidden, h.data(), h.size() * 2));
-      FP4MOE_RETURN_IF_ERROR(b->copy_from_host(in.logits, l.data(), l.size() * 4));
-      FP4MOE_RETURN_IF_ERROR(b->zero(raw_send, raw_bytes));
     }
     for (int64_t tokens : o.tokens) {
       // Tokens per rank; a DP group's TP ranks share theirs (that is what tp means here).
