@@ -9,6 +9,9 @@
 #   stalls_<preset>_<T>.txt       with FP4MOE_PROFILE_SOURCE=1 (instead of the two above): GEMM1's warp
 #                                 stall reasons, and per SASS instruction (source page, CSV) the
 #                                 samples of where its warps stalled
+#   metrics_<preset>_<T>.txt      with FP4MOE_PROFILE_METRICS=1 (instead of the above): per GEMM kernel
+#                                 the utilization of the units a prefill tile can saturate (tensor
+#                                 pipe, shared-memory wavefronts, L2 and DRAM throughput, issue slots)
 # Usage: scripts/gpu-profile.sh PRESET T [T...]   (env FP4MOE_PROFILE_ARGS: extra fp4moe-bench args)
 set -u
 out=${OUT:-/tmp/fp4moe-out}
@@ -19,6 +22,20 @@ preset=$1; shift
 bench_args="--preset $preset --iters 1 --warmup 0 --routing random ${FP4MOE_PROFILE_ARGS:-}"
 for T in "$@"; do
   rep="/tmp/prof_${preset}_${T}"
+  if [ "${FP4MOE_PROFILE_METRICS:-0}" = 1 ]; then
+    metrics=sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
+    metrics+=,l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed
+    metrics+=,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum
+    metrics+=,lts__t_sectors.avg.pct_of_peak_sustained_elapsed,lts__t_bytes.sum.per_second
+    metrics+=,dram__bytes.sum.per_second,sm__inst_issued.avg.pct_of_peak_sustained_active
+    metrics+=,smsp__cycles_active.avg.pct_of_peak_sustained_elapsed,gpu__time_duration.sum
+    metrics+=,sm__cycles_elapsed.avg.per_second
+    timeout 300 ncu --clock-control none -k regex:moe_gemm_sm90 --launch-count 2 --metrics "$metrics" \
+      "$bin/fp4moe-bench" $bench_args --tokens "$T" > "$out/metrics_${preset}_${T}.txt" 2>&1
+    echo "=== ncu metrics $preset T=$T exit $?"
+    grep -E "moe_gemm|__" "$out/metrics_${preset}_${T}.txt" | sed 's/^ *//' | cut -c1-150
+    continue
+  fi
   if [ "${FP4MOE_PROFILE_SOURCE:-0}" = 1 ]; then
     timeout 300 ncu --clock-control none -k regex:moe_gemm_sm90 --launch-count 1 --import-source no \
       --section WarpStateStats --section SourceCounters -f -o "$rep.src" "$bin/fp4moe-bench" $bench_args --tokens "$T" \
