@@ -6,7 +6,8 @@ namespace fp4moe::sm90 {
 
 std::string Sm90Config::name() const {
   return "BN" + std::to_string(tile_tokens) + "_C" + std::to_string(consumers) + "_S" + std::to_string(stages) +
-         "_x" + std::to_string(ctas_per_sm) + (double_buffer ? "_db" : "");
+         "_x" + std::to_string(ctas_per_sm) + (double_buffer ? "_db" : "") +
+         (chunks_per_stage == 2 ? "_c2" : "");
 }
 
 Sm90Config select_config(const ConfigInput& in) {

@@ -15,6 +15,7 @@ struct Sm90Config {
   int ctas_per_sm = 2;    // persistent CTAs per SM
   const char* regime = "";
   bool double_buffer = false;  // double-buffered A fragments (name suffix "_db")
+  int chunks_per_stage = 1;    // K chunks per pipeline stage (2: name suffix "_c2")
   std::string name() const;
 };
 

@@ -44,6 +44,16 @@ template <bool kGemm1>
 Status dispatch(const MoeGemmParams& p, const Sm90Config& c, int num_sms, cudaStream_t stream) {
   if (p.tile_tokens != c.tile_tokens)
     return internal_error("sm90: params tile_tokens ", p.tile_tokens, " != config ", c.tile_tokens);
+  if (c.chunks_per_stage == 2) {
+    if (c.tile_tokens == 16 && c.consumers == 4 && c.stages == 6 && c.ctas_per_sm == 1 && c.double_buffer)
+      return launch_traits<Sm90Traits<16, 4, 6, 1, kGemm1, true, 2>>(p, num_sms, stream);
+    if (c.tile_tokens == 32 && c.consumers == 4 && c.stages == 5 && c.ctas_per_sm == 1 && c.double_buffer)
+      return launch_traits<Sm90Traits<32, 4, 5, 1, kGemm1, true, 2>>(p, num_sms, stream);
+    if (c.tile_tokens == 64 && c.consumers == 4 && c.stages == 4 && c.ctas_per_sm == 1 && !c.double_buffer)
+      return launch_traits<Sm90Traits<64, 4, 4, 1, kGemm1, false, 2>>(p, num_sms, stream);
+    return internal_error("sm90: no kernel instantiated for config ", c.name());
+  }
+  if (c.chunks_per_stage != 1) return internal_error("sm90: no kernel instantiated for config ", c.name());
   if (c.tile_tokens == 64 && c.consumers == 4 && c.stages == 8 && c.ctas_per_sm == 1 && !c.double_buffer)
     return launch_traits<Sm90Traits<64, 4, 8, 1, kGemm1, false>>(p, num_sms, stream);
   if (c.tile_tokens == 16 && c.consumers == 4 && c.stages == 12 && c.ctas_per_sm == 1 && c.double_buffer)

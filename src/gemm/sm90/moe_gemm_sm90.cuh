@@ -82,12 +82,17 @@ __device__ __forceinline__ void mma_rs(const uint32_t (&a)[4], uint64_t desc_b, 
   Op::fma(a[0], a[1], a[2], a[3], desc_b, d[I]..., scale_d);
 }
 
-template <int kBN_, int kConsumers_, int kStages_, int kCtasPerSm_, bool kGemm1_, bool kDoubleBuffer_ = false>
+template <int kBN_, int kConsumers_, int kStages_, int kCtasPerSm_, bool kGemm1_, bool kDoubleBuffer_ = false,
+          int kChunks_ = 1>
 struct Sm90Traits {
   static constexpr bool kDoubleBuffer = kDoubleBuffer_;  // A fragments (see consume_tile)
   static constexpr int kBN = kBN_;
   static constexpr int kConsumers = kConsumers_;
-  static constexpr int kStages = kStages_;
+  static constexpr int kStages = kStages_;  // pipeline stages (one full/empty barrier pair each)
+  // K chunks (64) per stage: with 2, the barrier waits, arrivals and stage bookkeeping of producer and
+  // consumers happen once per two chunks. Chunk slots (kSlots) are laid out as with kChunks = 1.
+  static constexpr int kChunks = kChunks_;
+  static constexpr int kSlots = kStages * kChunks;
   static constexpr int kCtasPerSm = kCtasPerSm_;
   static constexpr bool kGemm1 = kGemm1_;
 
@@ -99,9 +104,9 @@ struct Sm90Traits {
   static constexpr int kStagingBytes = kBN * kStagingStride;
 
   // Shared memory (offsets from a 1024-aligned base).
-  static constexpr int kOffB = 0;  // [kStages][kBTileBytes]: swizzle atoms need 1024-byte alignment
-  static constexpr int kOffW = kOffB + kStages * kBTileBytes;  // [kStages][kConsumers][2304]
-  static constexpr int kOffStaging = kOffW + kStages * kWeightStageBytes;
+  static constexpr int kOffB = 0;  // [kSlots][kBTileBytes]: swizzle atoms need 1024-byte alignment
+  static constexpr int kOffW = kOffB + kSlots * kBTileBytes;  // [kSlots][kConsumers][2304]
+  static constexpr int kOffStaging = kOffW + kSlots * kWeightStageBytes;
   static constexpr int kOffRowWeight = kOffStaging + kConsumers * kStagingBytes;  // [kConsumers][kBN] fp32
   static constexpr int kOffTileStart = kOffRowWeight + kConsumers * kBN * 4;  // int32 [kMaxLocalExperts + 1]
   static constexpr int kOffBars = kOffTileStart + ((kMaxLocalExperts + 1) * 4 + 15) / 16 * 16;
@@ -208,11 +213,15 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
   const uint32_t my_scales = opaque_u32(w_base + layout::kUnitCodeBytes + (x.tid / 4) * 8);
   const uint64_t desc_stage0 = opaque_u64(smem_desc_k128(smem_addr(x.smem + T::kOffB)));
   const int my_lane = int(opaque_u32(uint32_t(x.lane)));
-  auto chunk = [&](auto buf_tag) {
+  // chunk(buffer, c): the K chunk in slot c of the current stage; the stage's barrier is waited on at
+  // c = 0, and it is left after its last chunk.
+  auto chunk = [&](auto buf_tag, auto slot_tag) {
     constexpr int buf = decltype(buf_tag)::value;
-    mbar_wait(&x.full[ps.stage], ps.phase);
+    constexpr int c = decltype(slot_tag)::value;
+    if constexpr (c == 0) mbar_wait(&x.full[ps.stage], ps.phase);
+    const int slot = ps.stage * T::kChunks + c;
     if (active) {
-      const uint32_t w_off = uint32_t(ps.stage * T::kWeightStageBytes);
+      const uint32_t w_off = uint32_t(slot * T::kWeightStageBytes);
       const uint4 codes = lds_u32x4(my_codes + w_off);
       const uint2 sc = lds_u32x2(my_scales + w_off);  // scale codes of k16 steps 0-1 and 2-3
       const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
@@ -227,10 +236,10 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
       cute::warpgroup_arrive();
-      // The descriptor's start-address field (bits 0-13: address >> 4) of stage s, k16 step j is the
-      // stage-0 field plus (s * kBTileBytes + 32 j) >> 4; shared memory is below 2^18 bytes, so the
+      // The descriptor's start-address field (bits 0-13: address >> 4) of slot s, k16 step j is the
+      // slot-0 field plus (s * kBTileBytes + 32 j) >> 4; shared memory is below 2^18 bytes, so the
       // field never carries into the next one.
-      const uint64_t desc = desc_stage0 + uint64_t((ps.stage * T::kBTileBytes) >> 4);
+      const uint64_t desc = desc_stage0 + uint64_t((slot * T::kBTileBytes) >> 4);
 #pragma unroll
       for (int j = 0; j < 4; ++j)
         mma_rs<typename RsMma<kN>::Op>(a[buf][j], desc + uint64_t(2 * j), acc,
@@ -245,20 +254,30 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
         fence_fragments(a[buf ^ 1]);  // ... so its fragments may be overwritten next
       }
     }
-    // The previous chunk's stage: its MMAs completed at the wait above (or there were none).
-    if (prev_stage >= 0) release_stage(&x.empty[prev_stage], my_lane);
-    prev_stage = ps.stage;
-    ps.advance(T::kStages);
+    if constexpr (c == 0) {
+      // The previous stage: the MMAs of its last chunk completed at the wait above (or there were none).
+      if (prev_stage >= 0) release_stage(&x.empty[prev_stage], my_lane);
+      prev_stage = ps.stage;
+    }
+    if constexpr (c == T::kChunks - 1) ps.advance(T::kStages);
   };
+  using C0 = std::integral_constant<int, 0>;
+  using Odd = std::integral_constant<int, kBufs - 1>;         // fragment buffer of odd chunks
+  using Slot1 = std::integral_constant<int, T::kChunks - 1>;  // slot of odd chunks
   const int k_units = int(x.k_units);
   int ku = 0;
-  if constexpr (kBufs == 2) {
+  if constexpr (kBufs == 2 || T::kChunks == 2) {
     for (; ku + 1 < k_units; ku += 2) {
-      chunk(std::integral_constant<int, 0>{});
-      chunk(std::integral_constant<int, 1>{});
+      chunk(C0{}, C0{});
+      chunk(Odd{}, Slot1{});
     }
+    if (ku < k_units) {
+      chunk(C0{}, C0{});
+      if constexpr (T::kChunks == 2) ps.advance(T::kStages);  // a stage with one chunk (odd k_units)
+    }
+  } else {
+    for (; ku < k_units; ++ku) chunk(C0{}, C0{});
   }
-  for (; ku < k_units; ++ku) chunk(std::integral_constant<int, 0>{});
   // Unconditional (also for inactive warpgroups, which issued nothing): a wait under a branch made
   // ptxas insert its own waits (C7517). The fences keep the epilogue's accumulator reads after it.
   cute::warpgroup_wait<0>();
@@ -409,16 +428,27 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
       const int mb = int(t % m_blocks);
       const int valid_units = min(T::kConsumers, m_units - mb * T::kConsumers);
       const uint32_t b_bytes = uint32_t(tile_bucket<T>(tc.rows)) * 128;
-      const uint32_t bytes = b_bytes + valid_units * layout::kUnitBytes;
-      for (int64_t ku = 0; ku < k_units; ++ku) {
+      const uint32_t w_bytes = valid_units * layout::kUnitBytes;
+      for (int64_t ku = 0; ku < k_units; ku += T::kChunks) {
+        const int n = k_units - ku < T::kChunks ? int(k_units - ku) : T::kChunks;  // chunks in this stage
         mbar_wait(&empty[ps.stage], ps.phase ^ 1);
-        mbar_arrive_expect_tx(&full[ps.stage], bytes);
-        bulk_g2s(smem + T::kOffB + ps.stage * T::kBTileBytes, act + (ku * p.layout.rows_cap + tc.row0) * 128,
-                 b_bytes, &full[ps.stage], pol_act);
-        // The tile's units of this K chunk are contiguous (unit groups, weight_layout.h): one copy.
-        bulk_g2s(smem + T::kOffW + ps.stage * T::kWeightStageBytes,
-                 weights + g.unit_offset(tc.expert, mb * T::kConsumers, ku), valid_units * layout::kUnitBytes,
-                 &full[ps.stage], pol_weights);
+        mbar_arrive_expect_tx(&full[ps.stage], uint32_t(n) * (b_bytes + w_bytes));
+        const int slot0 = ps.stage * T::kChunks;
+        for (int c = 0; c < n; ++c)
+          bulk_g2s(smem + T::kOffB + (slot0 + c) * T::kBTileBytes,
+                   act + ((ku + c) * p.layout.rows_cap + tc.row0) * 128, b_bytes, &full[ps.stage], pol_act);
+        // The tile's units of one K chunk are contiguous (unit groups, weight_layout.h): one copy; those
+        // of the stage's two chunks too when the m-block is a whole unit group (then one copy for both).
+        const uint8_t* w0 = weights + g.unit_offset(tc.expert, mb * T::kConsumers, ku);
+        if (n == 2 && valid_units == T::kConsumers &&
+            weights + g.unit_offset(tc.expert, mb * T::kConsumers, ku + 1) == w0 + w_bytes) {
+          bulk_g2s(smem + T::kOffW + slot0 * T::kWeightStageBytes, w0, 2 * w_bytes, &full[ps.stage], pol_weights);
+        } else {
+          for (int c = 0; c < n; ++c)
+            bulk_g2s(smem + T::kOffW + (slot0 + c) * T::kWeightStageBytes,
+                     weights + g.unit_offset(tc.expert, mb * T::kConsumers, ku + c), w_bytes, &full[ps.stage],
+                     pol_weights);
+        }
         ps.advance(T::kStages);
       }
     }

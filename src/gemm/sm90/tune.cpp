@@ -16,6 +16,11 @@ const std::vector<Sm90Config>& compiled_configs() {
       {64, 4, 8, 1, "medium: <= 40 rows per expert"},
       {128, 2, 6, 1, "large: <= 384 rows per expert", true},
       {256, 2, 4, 1, "prefill: > 384 rows per expert", true},
+      // Tuning candidates, not chosen by default (not yet run on a GPU): two K chunks per stage, the
+      // same shared-memory slots as the defaults above.
+      {16, 4, 6, 1, "decode, 2 chunks per stage (tuning candidate)", true, 2},
+      {32, 4, 5, 1, "small, 2 chunks per stage (tuning candidate)", true, 2},
+      {64, 4, 4, 1, "medium, 2 chunks per stage (tuning candidate)", false, 2},
   };
   return kConfigs;
 }
