@@ -15,7 +15,7 @@ for tu in sm90_gemm1 sm90_gemm2; do
     -I"$root/include" -I"$root" -isystem="$cutlass" -Xptxas -v "$@" \
     -cubin -o "$out/$tu.cubin" "$root/src/gemm/sm90/$tu.cu" > "$log" 2>&1 || { cat "$log"; exit 2; }
   # one line per kernel: its Sm90Traits and registers
-  awk '/Compiling entry function/ {match($0, /Sm90TraitsILi[0-9]+ELi[0-9]+ELi[0-9]+ELi[0-9]+ELb[01](ELb[01])?/); k=substr($0,RSTART+13,RLENGTH-13)}
+  awk '/Compiling entry function/ {match($0, /Sm90TraitsILi[0-9]+ELi[0-9]+ELi[0-9]+ELi[0-9]+ELb[01](ELb[01])?(ELi[0-9]+)?/); k=substr($0,RSTART+13,RLENGTH-13)}
        /Used [0-9]+ registers/ {match($0, /Used [0-9]+ registers/); print "'"$tu"' " k ": " substr($0,RSTART,RLENGTH)}' "$log"
   # a setmaxnreg kernel (1 CTA/SM) must launch with the full share of the register file, the pool its
   # consumers' setmaxnreg.inc draws on (moe_gemm_sm90.cuh, Sm90Traits::kLaunchRegs)
@@ -26,7 +26,7 @@ for tu in sm90_gemm1 sm90_gemm2; do
        END {exit bad}' "$log" || status=1
   # every dispatched config must be among the kernels checked (a regex that stops matching would
   # otherwise check nothing), and no kernel may use local memory (a stack frame)
-  want=$(grep -c "return launch_traits<" "$root/src/gemm/sm90/launch.cuh")
+  want=$(grep -o "Sm90Traits<[0-9]" "$root/src/gemm/sm90/launch.cuh" | wc -l)
   got=$(grep -c "Compiling entry function.*Sm90Traits" "$log")
   if [ "$got" != "$want" ]; then echo "$tu: ptxas compiled $got sm90 kernels, launch.cuh dispatches $want"; status=1; fi
   if grep -qE "[1-9][0-9]* bytes stack frame" "$log"; then grep -E "[1-9][0-9]* bytes stack frame" "$log" | sort | uniq -c; status=1; fi

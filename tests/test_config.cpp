@@ -107,19 +107,25 @@ TEST(TuneTable, RejectsMalformedFilesNamingTheLine) {
   EXPECT_EQ(s.code(), StatusCode::kIoError);
   EXPECT_NE(s.message().find("line 1"), std::string::npos) << s.message();
   const std::string p2 = temp_path("tune_bad2.txt");
-  write(p2, "fp4moe-tune v2\ndevice x\n7168 2048 256 8 4 BN48_C2_S4_x1\n");
+  write(p2, "fp4moe-tune v3\ndevice x\n7168 2048 256 8 4 BN48_C2_S4_x1\n");
   s = t.load(p2, "x");
   EXPECT_NE(s.message().find("line 3"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("BN48_C2_S4_x1"), std::string::npos) << s.message();
   const std::string p3 = temp_path("tune_bad3.txt");
-  write(p3, "fp4moe-tune v2\n7168 2048 256\n");
+  write(p3, "fp4moe-tune v3\n7168 2048 256\n");
   EXPECT_NE(t.load(p3, "x").message().find("line 2"), std::string::npos);
   EXPECT_EQ(t.load(temp_path("does_not_exist.txt"), "x").code(), StatusCode::kIoError);
-  // A table from before the configs were renamed says to measure again.
+  // Tables from before the configs were renamed say to measure again.
   const std::string p4 = temp_path("tune_v1.txt");
   write(p4, "fp4moe-tune v1\ndevice x\n7168 2048 256 8 4 BN16_C4_S12_x1\n");
   s = t.load(p4, "x");
   EXPECT_EQ(s.code(), StatusCode::kIoError);
+  EXPECT_NE(s.message().find("fp4moe-bench --tune"), std::string::npos) << s.message();
+  const std::string p5 = temp_path("tune_v2.txt");
+  write(p5, "fp4moe-tune v2\ndevice x\n7168 2048 256 8 4 BN16_C4_S12_x1_db\n");
+  s = t.load(p5, "x");
+  EXPECT_EQ(s.code(), StatusCode::kIoError);
+  EXPECT_NE(s.message().find("a v2 table"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("fp4moe-bench --tune"), std::string::npos) << s.message();
 }
 

@@ -370,7 +370,7 @@ TEST(ParallelGpu, RankDyingMidStepFailsThePeerWithinTheDeadline) {
   EXPECT_NE(st[0].message().find("rank 0 of NCCL group 'world'"), std::string::npos) << st[0].message();
   EXPECT_NE(st[0].message().find("all_to_all_v"), std::string::npos) << st[0].message();
   // The step reports the dead peer at the deadline plus ncclCommAbort's own teardown, which took
-  // 2.0 s with NCCL 2.28.9 on 2 H200s (bench/results/2026-11-29_h200x2_tests_s4.txt): allow 5 s
+  // 2.0 s with NCCL 2.28.9 on 2 H200s (bench/results/2026-11-29_h200x2_parallel_g-exp.txt): allow 5 s
   // for it, and never report before the deadline.
   const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(step_end - step_start);
   std::printf("[fp4moe] the failing step took %lld ms (deadline %d ms)\n", static_cast<long long>(took.count()),

@@ -14,7 +14,9 @@ Sm90Config select_config(const ConfigInput& in) {
   const int64_t rows = in.num_tokens * in.top_k;
   const int64_t per_expert = in.num_local_experts > 0 ? (rows + in.num_local_experts - 1) / in.num_local_experts : rows;
   // Thresholds from `fp4moe-bench --tune` on an H200 with uniform random routing, graph-replay ms per
-  // config (bench/results/2026-11-29_h200_tune_v3.txt; "db" = double-buffered A fragments):
+  // config (bench/results/2026-11-29_h200_tune_v3.txt; "db" = double-buffered A fragments; BN16/32/64
+  // have since moved to two chunks a stage, 1-4% faster at T <= 512, which left the choice between
+  // them unchanged: bench/results/2026-11-29_h200_tune_c2.txt):
   //   DeepSeek-R1 T=1    (1 row/expert):  BN16db 0.117  BN32db 0.122  BN64 0.134
   //               T=128  (4 rows/expert): BN16db 2.53   BN32db 2.74   BN64 3.38
   //               T=512  (16):            BN16db 3.69   BN32db 2.87   BN64 3.51

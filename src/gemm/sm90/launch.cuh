@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <tuple>
 
 #include "src/common/cuda_utils.h"
 #include "src/gemm/sm90/moe_gemm_sm90.cuh"
@@ -39,32 +40,28 @@ Status launch_traits(const MoeGemmParams& p, int num_sms, cudaStream_t stream) {
   return launch_pdl(kernel, dim3(grid), dim3(T::kThreads), T::kSmemBytes, stream, p);
 }
 
-// The one dispatch from a runtime config to an instantiation; the default fails loudly.
+template <class T>
+bool traits_match(const Sm90Config& c) {
+  return c.tile_tokens == T::kBN && c.consumers == T::kConsumers && c.stages == T::kStages &&
+         c.ctas_per_sm == T::kCtasPerSm && c.double_buffer == T::kDoubleBuffer && c.chunks_per_stage == T::kChunks;
+}
+
+// The instantiations: one per entry of compiled_configs() (tune.cpp), same order.
+template <bool kGemm1>
+using CompiledTraits = std::tuple<Sm90Traits<16, 4, 6, 1, kGemm1, true, 2>, Sm90Traits<32, 4, 5, 1, kGemm1, true, 2>,
+                                  Sm90Traits<64, 4, 4, 1, kGemm1, false, 2>, Sm90Traits<128, 2, 6, 1, kGemm1, true>,
+                                  Sm90Traits<256, 2, 4, 1, kGemm1, true>>;
+
+// The one dispatch from a runtime config to an instantiation; anything else fails loudly.
 template <bool kGemm1>
 Status dispatch(const MoeGemmParams& p, const Sm90Config& c, int num_sms, cudaStream_t stream) {
   if (p.tile_tokens != c.tile_tokens)
     return internal_error("sm90: params tile_tokens ", p.tile_tokens, " != config ", c.tile_tokens);
-  if (c.chunks_per_stage == 2) {
-    if (c.tile_tokens == 16 && c.consumers == 4 && c.stages == 6 && c.ctas_per_sm == 1 && c.double_buffer)
-      return launch_traits<Sm90Traits<16, 4, 6, 1, kGemm1, true, 2>>(p, num_sms, stream);
-    if (c.tile_tokens == 32 && c.consumers == 4 && c.stages == 5 && c.ctas_per_sm == 1 && c.double_buffer)
-      return launch_traits<Sm90Traits<32, 4, 5, 1, kGemm1, true, 2>>(p, num_sms, stream);
-    if (c.tile_tokens == 64 && c.consumers == 4 && c.stages == 4 && c.ctas_per_sm == 1 && !c.double_buffer)
-      return launch_traits<Sm90Traits<64, 4, 4, 1, kGemm1, false, 2>>(p, num_sms, stream);
-    return internal_error("sm90: no kernel instantiated for config ", c.name());
-  }
-  if (c.chunks_per_stage != 1) return internal_error("sm90: no kernel instantiated for config ", c.name());
-  if (c.tile_tokens == 64 && c.consumers == 4 && c.stages == 8 && c.ctas_per_sm == 1 && !c.double_buffer)
-    return launch_traits<Sm90Traits<64, 4, 8, 1, kGemm1, false>>(p, num_sms, stream);
-  if (c.tile_tokens == 16 && c.consumers == 4 && c.stages == 12 && c.ctas_per_sm == 1 && c.double_buffer)
-    return launch_traits<Sm90Traits<16, 4, 12, 1, kGemm1, true>>(p, num_sms, stream);
-  if (c.tile_tokens == 32 && c.consumers == 4 && c.stages == 10 && c.ctas_per_sm == 1 && c.double_buffer)
-    return launch_traits<Sm90Traits<32, 4, 10, 1, kGemm1, true>>(p, num_sms, stream);
-  if (c.tile_tokens == 128 && c.consumers == 2 && c.stages == 6 && c.ctas_per_sm == 1 && c.double_buffer)
-    return launch_traits<Sm90Traits<128, 2, 6, 1, kGemm1, true>>(p, num_sms, stream);
-  if (c.tile_tokens == 256 && c.consumers == 2 && c.stages == 4 && c.ctas_per_sm == 1 && c.double_buffer)
-    return launch_traits<Sm90Traits<256, 2, 4, 1, kGemm1, true>>(p, num_sms, stream);
-  return internal_error("sm90: no kernel instantiated for config ", c.name());
+  Status s = internal_error("sm90: no kernel instantiated for config ", c.name());
+  [&]<class... T>(std::tuple<T...>*) {
+    (void)((traits_match<T>(c) ? (s = launch_traits<T>(p, num_sms, stream), true) : false) || ...);
+  }(static_cast<CompiledTraits<kGemm1>*>(nullptr));
+  return s;
 }
 
 }  // namespace fp4moe::sm90

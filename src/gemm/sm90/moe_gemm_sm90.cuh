@@ -112,11 +112,12 @@ struct Sm90Traits {
   static constexpr int kOffBars = kOffTileStart + ((kMaxLocalExperts + 1) * 4 + 15) / 16 * 16;
   static constexpr int kSmemBytes = kOffBars + 2 * kStages * 8 + 1024;      // + alignment slack
 
-  // A tile's token count picks the smallest wgmma N >= it among kBN, kBN/2, ... down to kMinBucket
-  // (a config changes speed, never results: the per-element k16 sequence is the same for every N).
-  // Every bucket is one more inlined copy of the K loop, and ptxas serializes all wgmma of a kernel
-  // when any copy runs short of registers (C7512), so only BN128 keeps a second bucket (64).
-  static constexpr int kMinBucket = kBN == 128 ? 64 : kBN;
+  // A tile of at most kSmallN tokens runs with wgmma N = kSmallN instead of kBN (0: no second size).
+  // A config changes speed, never results: the per-element k16 sequence is the same for every N.
+  // Every size is one more inlined copy of the K loop, and ptxas serializes all wgmma of a kernel
+  // when any copy runs short of registers (C7512): double-buffered BN256 did with 256/64 and with
+  // 256/128/64, so only BN128 keeps N = 64 for small tiles (the experts' remainders).
+  static constexpr int kSmallN = kBN == 128 && kConsumers == 2 ? 64 : 0;
 
   // Register reallocation (1 CTA per SM): the CTA launches with kLaunchRegs a thread (the 64K file
   // over its threads; ptxas gives a kernel that uses setmaxnreg exactly that, which
@@ -156,9 +157,7 @@ __device__ __forceinline__ void decode_k16(uint32_t w, uint32_t s_pair, uint32_t
 
 template <class T>
 __device__ __forceinline__ int tile_bucket(int rows) {
-  int n = T::kBN;
-  while (n / 2 >= T::kMinBucket && n / 2 >= rows) n /= 2;
-  return n;
+  return T::kSmallN > 0 && rows <= T::kSmallN ? T::kSmallN : T::kBN;
 }
 
 // Shared-memory pipeline position, carried across tiles.
@@ -375,14 +374,14 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
   }
 }
 
-// Runs consume_tile with the wgmma N the tile's bucket asks for (kN, kN/2, ... kMinBucket).
-template <class T, int kN>
+// Runs consume_tile with the wgmma N the tile's bucket asks for (kBN or kSmallN).
+template <class T>
 __device__ __forceinline__ void consume_bucketed(const MoeGemmParams& p, const ConsumerCtx& x, const TileCoord& tc,
                                                  int mu, bool active, int bucket, PipeState& ps) {
-  if constexpr (kN / 2 >= T::kMinBucket) {
-    if (bucket < kN) return consume_bucketed<T, kN / 2>(p, x, tc, mu, active, bucket, ps);
+  if constexpr (T::kSmallN > 0) {
+    if (bucket == T::kSmallN) return consume_tile<T, T::kSmallN>(p, x, tc, mu, active, ps);
   }
-  consume_tile<T, kN>(p, x, tc, mu, active, ps);
+  consume_tile<T, T::kBN>(p, x, tc, mu, active, ps);
 }
 
 template <class T>
@@ -480,7 +479,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
     const int mu = int(t % m_blocks) * T::kConsumers + x.c;
     const bool active = __shfl_sync(0xffffffffu, int(mu < m_units), 0) != 0;
     const int bucket = __shfl_sync(0xffffffffu, tile_bucket<T>(tc.rows), 0);
-    consume_bucketed<T, T::kBN>(p, x, tc, mu, active, bucket, ps);
+    consume_bucketed<T>(p, x, tc, mu, active, bucket, ps);
   }
 }
 

@@ -10,17 +10,15 @@ const std::vector<Sm90Config>& compiled_configs() {
   static const std::vector<Sm90Config> kConfigs = {
       // Double-buffered A fragments: in the H200 tuning run (bench/results/2026-11-29_h200_tune_v3.txt)
       // they were faster at most points and within 0.5% at the rest (BN256 and BN32 at T=2048/8192);
-      // BN64 has no double-buffered build (ptxas serialized or spilled it).
-      {16, 4, 12, 1, "decode: <= 8 rows per expert", true},
-      {32, 4, 10, 1, "small: <= 24 rows per expert", true},
-      {64, 4, 8, 1, "medium: <= 40 rows per expert"},
+      // BN64 has no double-buffered build (ptxas serialized or spilled it). Two K chunks per stage
+      // ("_c2") for BN16/32/64: 1-4% faster than one at every DeepSeek-R1 and Qwen3 point T = 8..512
+      // where they were the candidates (bench/results/2026-11-29_h200_tune_c2.txt), the same chunk
+      // slots (stages x chunks) as the one-chunk builds they replaced.
+      {16, 4, 6, 1, "decode: <= 8 rows per expert", true, 2},
+      {32, 4, 5, 1, "small: <= 24 rows per expert", true, 2},
+      {64, 4, 4, 1, "medium: <= 40 rows per expert", false, 2},
       {128, 2, 6, 1, "large: <= 384 rows per expert", true},
       {256, 2, 4, 1, "prefill: > 384 rows per expert", true},
-      // Tuning candidates, not chosen by default (not yet run on a GPU): two K chunks per stage, the
-      // same shared-memory slots as the defaults above.
-      {16, 4, 6, 1, "decode, 2 chunks per stage (tuning candidate)", true, 2},
-      {32, 4, 5, 1, "small, 2 chunks per stage (tuning candidate)", true, 2},
-      {64, 4, 4, 1, "medium, 2 chunks per stage (tuning candidate)", false, 2},
   };
   return kConfigs;
 }
@@ -72,10 +70,10 @@ Status TuneTable::load(const std::string& path, const std::string& device_name) 
     };
     if (!header) {
       std::string version;
-      if (first == "fp4moe-tune" && (in >> version) && version == "v1")
-        return bad("a v1 table, from before the configs were renamed (double-buffered '_db' ones, 2026-11-29); "
-                   "measure again with fp4moe-bench --tune");
-      if (first != "fp4moe-tune" || version != "v2") return bad("expected 'fp4moe-tune v2'");
+      if (first == "fp4moe-tune" && (in >> version) && (version == "v1" || version == "v2"))
+        return bad(detail::concat("a ", version, " table, from before configs were renamed (the '_db' ones in v2, "
+                                  "the '_c2' ones in v3); measure again with fp4moe-bench --tune"));
+      if (first != "fp4moe-tune" || version != "v3") return bad("expected 'fp4moe-tune v3'");
       header = true;
       continue;
     }
@@ -101,7 +99,7 @@ Status TuneTable::load(const std::string& path, const std::string& device_name) 
 Status TuneTable::save(const std::string& path) const {
   std::ofstream f(path);
   if (!f) return Status(StatusCode::kIoError, detail::concat("tune file '", path, "' cannot be written"));
-  f << "fp4moe-tune v2\n# written by fp4moe-bench --tune\ndevice " << device_ << "\n";
+  f << "fp4moe-tune v3\n# written by fp4moe-bench --tune\ndevice " << device_ << "\n";
   f << "# H I_local local_experts top_k rows_per_expert_bucket config\n";
   for (const auto& [k, c] : entries_)
     f << std::get<0>(k) << ' ' << std::get<1>(k) << ' ' << std::get<2>(k) << ' ' << std::get<3>(k) << ' '

@@ -4,7 +4,7 @@
 // are ignored.
 //
 // File format (text, one entry a line; '#' starts a comment):
-//   fp4moe-tune v2          (v1, written before the double-buffered configs were the defaults, is refused)
+//   fp4moe-tune v3          (v1 and v2, written before configs were renamed, are refused: measure again)
 //   device <name of the GPU>
 //   <H> <I per rank> <local experts> <top-k> <rows-per-expert bucket> <config name>
 // The bucket is the smallest power of two >= ceil(tokens * top_k / local experts).
@@ -23,7 +23,7 @@ namespace fp4moe::sm90 {
 
 // Every config with a compiled kernel, in the order select_config's regimes use them.
 const std::vector<Sm90Config>& compiled_configs();
-// Looks a config up by its name() (e.g. "BN64_C4_S8_x1").
+// Looks a config up by its name() (e.g. "BN64_C4_S4_x1_c2").
 std::optional<Sm90Config> config_by_name(const std::string& name);
 
 int64_t rows_per_expert_bucket(const ConfigInput& in);
