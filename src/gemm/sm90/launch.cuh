@@ -52,16 +52,24 @@ using CompiledTraits = std::tuple<Sm90Traits<16, 4, 6, 1, kGemm1, true, 2>, Sm90
                                   Sm90Traits<64, 4, 4, 1, kGemm1, false, 2>, Sm90Traits<128, 2, 6, 1, kGemm1, true>,
                                   Sm90Traits<256, 2, 4, 1, kGemm1, true>>;
 
+template <class T, class... Rest>
+Status launch_matching(const MoeGemmParams& p, const Sm90Config& c, int num_sms, cudaStream_t stream) {
+  if (traits_match<T>(c)) return launch_traits<T>(p, num_sms, stream);
+  if constexpr (sizeof...(Rest) > 0) return launch_matching<Rest...>(p, c, num_sms, stream);
+  return internal_error("sm90: no kernel instantiated for config ", c.name());
+}
+
+template <class... T>
+Status launch_among(std::tuple<T...>*, const MoeGemmParams& p, const Sm90Config& c, int num_sms, cudaStream_t stream) {
+  return launch_matching<T...>(p, c, num_sms, stream);
+}
+
 // The one dispatch from a runtime config to an instantiation; anything else fails loudly.
 template <bool kGemm1>
 Status dispatch(const MoeGemmParams& p, const Sm90Config& c, int num_sms, cudaStream_t stream) {
   if (p.tile_tokens != c.tile_tokens)
     return internal_error("sm90: params tile_tokens ", p.tile_tokens, " != config ", c.tile_tokens);
-  Status s = internal_error("sm90: no kernel instantiated for config ", c.name());
-  [&]<class... T>(std::tuple<T...>*) {
-    (void)((traits_match<T>(c) ? (s = launch_traits<T>(p, num_sms, stream), true) : false) || ...);
-  }(static_cast<CompiledTraits<kGemm1>*>(nullptr));
-  return s;
+  return launch_among(static_cast<CompiledTraits<kGemm1>*>(nullptr), p, c, num_sms, stream);
 }
 
 }  // namespace fp4moe::sm90
