@@ -27,11 +27,13 @@ TEST(SelectConfig, RegimesFollowRowsPerExpert) {
   EXPECT_EQ(select_config(deepseek(512)).tile_tokens, 32);
   EXPECT_EQ(select_config(deepseek(1024)).tile_tokens, 64);   // 32 rows per expert
   EXPECT_EQ(select_config(deepseek(2048)).tile_tokens, 128);  // 64
+  EXPECT_EQ(select_config(deepseek(2048)).consumers, 2);
+  EXPECT_EQ(select_config(deepseek(3072)).consumers, 2);      // 96
+  EXPECT_EQ(select_config(deepseek(3073)).consumers, 4);
   EXPECT_EQ(select_config(deepseek(4096)).tile_tokens, 128);  // 128
   EXPECT_EQ(select_config(deepseek(8192)).tile_tokens, 128);  // 256
-  EXPECT_EQ(select_config(deepseek(12288)).tile_tokens, 128); // 384
-  EXPECT_EQ(select_config(deepseek(12289)).tile_tokens, 256);
-  EXPECT_EQ(select_config(deepseek(16384)).tile_tokens, 256);
+  EXPECT_EQ(select_config(deepseek(16384)).tile_tokens, 128);
+  EXPECT_EQ(select_config(deepseek(16384)).consumers, 4);
   EXPECT_NE(std::string(select_config(deepseek(1)).regime).find("decode"), std::string::npos);
   EXPECT_EQ(select_config(deepseek(1)).consumers, 4);
   EXPECT_NE(std::string(select_config(deepseek(16384)).regime).find("prefill"), std::string::npos);

@@ -599,10 +599,12 @@ int main(int argc, char** argv) {
       std::string best;
       double best_ms = INFINITY;
       std::printf("%7lld", (long long)T);
+      std::fflush(stdout);
       for (const auto& name : MoeLayer::sm90_config_names()) {
         CHECK_OK(layer->force_sm90_config(name));
         const double ms = run_tokens(*layer, quick, Ceilings{1, 1}, T, size_t(prop.l2CacheSize), host).graph_ms;
         std::printf("  %s %.4f", name.c_str(), ms);
+        std::fflush(stdout);  // a run killed by a timeout keeps what it measured
         if (ms < best_ms) best_ms = ms, best = name;
       }
       std::printf("  -> %s\n", best.c_str());

@@ -134,32 +134,41 @@ __global__ void __launch_bounds__(kRowThreads) permute_kernel(PermuteParams p) {
   }
 }
 
-// One CTA per token; each thread sums 8 columns over the slots in slot order.
+// A CTA per (token, kFinalizeColumns columns), so that a few tokens still spread over many SMs (one
+// CTA per token left a T=1 forward waiting 26 us on one SM's load latency). Each thread sums 8
+// columns over the slots in slot order, its K row loads issued before the first add.
+constexpr int kFinalizeColumns = kRowThreads * 8;
+constexpr int kMaxTopK = 16;  // routing's limit (fp4moe/routing.h)
+
 __global__ void __launch_bounds__(kRowThreads) finalize_kernel(PermuteParams p, uint16_t* out) {
   const int64_t t = blockIdx.x;
   const int64_t H = p.hidden_size;
   const int K = p.top_k;
-  __shared__ int32_t rows[16];
+  const int64_t c = int64_t(blockIdx.y) * kFinalizeColumns + threadIdx.x * 8;
+  __shared__ int32_t rows[kMaxTopK];
   pdl_launch_dependents();
   pdl_wait();  // GEMM2's y
   if (threadIdx.x < K) rows[threadIdx.x] = p.ws.pair_row[t * K + threadIdx.x];
   __syncthreads();
-  for (int64_t c = threadIdx.x * 8; c < H; c += blockDim.x * 8) {
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int s = 0; s < K; ++s) {
-      if (rows[s] < 0) continue;
-      const uint4 v = *reinterpret_cast<const uint4*>(p.ws.y + int64_t(rows[s]) * H + c);
-      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  if (c >= H) return;
+  uint4 v[kMaxTopK];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        acc[2 * i] = add_rn(acc[2 * i], bf16_to_float(uint16_t(w[i] & 0xffff)));
-        acc[2 * i + 1] = add_rn(acc[2 * i + 1], bf16_to_float(uint16_t(w[i] >> 16)));
-      }
+  for (int s = 0; s < kMaxTopK; ++s)
+    if (s < K && rows[s] >= 0) v[s] = *reinterpret_cast<const uint4*>(p.ws.y + int64_t(rows[s]) * H + c);
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+#pragma unroll
+  for (int s = 0; s < kMaxTopK; ++s) {
+    if (s >= K || rows[s] < 0) continue;
+    const uint32_t w[4] = {v[s].x, v[s].y, v[s].z, v[s].w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      acc[2 * i] = add_rn(acc[2 * i], bf16_to_float(uint16_t(w[i] & 0xffff)));
+      acc[2 * i + 1] = add_rn(acc[2 * i + 1], bf16_to_float(uint16_t(w[i] >> 16)));
     }
-    *reinterpret_cast<uint4*>(out + t * H + c) =
-        make_uint4(pack_bf16x2(acc[0], acc[1]), pack_bf16x2(acc[2], acc[3]), pack_bf16x2(acc[4], acc[5]),
-                   pack_bf16x2(acc[6], acc[7]));
   }
+  *reinterpret_cast<uint4*>(out + t * H + c) =
+      make_uint4(pack_bf16x2(acc[0], acc[1]), pack_bf16x2(acc[2], acc[3]), pack_bf16x2(acc[4], acc[5]),
+                 pack_bf16x2(acc[6], acc[7]));
 }
 
 }  // namespace
@@ -176,7 +185,10 @@ Status launch_permute(const PermuteParams& p, cudaStream_t stream) {
 
 Status launch_finalize(const PermuteParams& p, uint16_t* out, cudaStream_t stream) {
   if (p.num_tokens == 0) return Status::Ok();
-  return launch_pdl(finalize_kernel, dim3(unsigned(p.num_tokens)), dim3(kRowThreads), 0, stream, p, out);
+  if (p.top_k > kMaxTopK) return internal_error("finalize: top_k ", p.top_k, " > ", kMaxTopK);
+  const unsigned column_blocks = unsigned((p.hidden_size + kFinalizeColumns - 1) / kFinalizeColumns);
+  return launch_pdl(finalize_kernel, dim3(unsigned(p.num_tokens), column_blocks), dim3(kRowThreads), 0, stream, p,
+                    out);
 }
 
 }  // namespace fp4moe

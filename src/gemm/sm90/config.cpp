@@ -29,11 +29,19 @@ Sm90Config select_config(const ConfigInput& in) {
   // way), until the busiest experts overflow the tile and their weights are read once per tile: at 16
   // rows on average many experts hold more than 16, so BN32 wins there. Between the measured points
   // (8 | 16-32 | 64-256 | 512 rows) the thresholds are interpolated, not measured.
+  // Since then (bench/results/2026-11-29_h200_tune_prefill.txt, graph-replay ms):
+  //   Qwen3-30B    T=2048 (128): BN128_C4 0.459  BN64c2 0.510   BN128db 0.519  BN256db 0.606
+  //                T=8192 (512): BN128_C4 1.446  BN128db 1.583  BN256db 1.599
+  //                T=16384 (1024): BN128_C4 2.829 BN256db 3.040 BN128db 3.228
+  //   gpt-oss-120b T=2048 (64):  BN64c2 1.238    BN128db 1.318  BN128_C4 1.363
+  //                T=8192 (256): BN128_C4 3.554  BN128db 3.830  BN256db 4.115
+  // so the 4-consumer BN128 takes every tile size above 96 rows per expert (between 64 and 128:
+  // interpolated), and BN256 is a tuning candidate only.
   const auto& c = compiled_configs();
   if (per_expert <= 8) return c[0];
   if (per_expert <= 24) return c[1];
   if (per_expert <= 40) return c[2];
-  if (per_expert <= 384) return c[3];
+  if (per_expert <= 96) return c[3];
   return c[4];
 }
 

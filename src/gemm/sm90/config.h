@@ -33,12 +33,13 @@ struct ConfigInput {
 //   decode  <= 8 rows per expert -> BN 16, 4 consumer warpgroups, 6 stages of 2 K chunks (bandwidth-bound)
 //   small   <= 24                -> BN 32, 4 consumers, 5 stages of 2 chunks
 //   medium  <= 40                -> BN 64, 4 consumers, 4 stages of 2 chunks
-//   large   <= 384               -> BN 128, 2 consumers, 6 stages, per-tile wgmma N of 128 or 64
-//   prefill >  384               -> BN 256, 2 consumers, 4 stages (tensor-core bound)
-// All but BN 64 double-buffer their A fragments (the "_db" name suffix; two chunks a stage: "_c2").
+//   large   <= 96                -> BN 128, 2 consumers, 6 stages, per-tile wgmma N of 128 or 64
+//   prefill >  96                -> BN 128, 4 consumers (a 256-row weight tile), 5 stages
+// BN16/32/128_C2 double-buffer their A fragments (the "_db" name suffix; two chunks a stage: "_c2").
+// BN 256 (2 consumers) is compiled as a tuning candidate only.
 // (thresholds measured with fp4moe-bench --tune on an H200: see config.cpp)
-// Only BN 128 buckets its tiles' wgmma N: each bucket is another inlined K loop, and with more than
-// one in a kernel ptxas ran out of registers and serialized every wgmma (C7512; scripts/ptxas-check.sh).
+// Only BN 128 with 2 consumers buckets its tiles' wgmma N: each bucket is another inlined K loop, and
+// elsewhere ptxas ran out of registers and serialized every wgmma (C7512; scripts/ptxas-check.sh).
 Sm90Config select_config(const ConfigInput& in);
 
 // The tile sizes instantiated (a dispatch default fails loudly for anything else).

@@ -116,7 +116,8 @@ struct Sm90Traits {
   // A config changes speed, never results: the per-element k16 sequence is the same for every N.
   // Every size is one more inlined copy of the K loop, and ptxas serializes all wgmma of a kernel
   // when any copy runs short of registers (C7512): double-buffered BN256 did with 256/64 and with
-  // 256/128/64, so only BN128 keeps N = 64 for small tiles (the experts' remainders).
+  // 256/128/64, and so did BN128 with 4 consumers (112 registers) with 128/64, so only BN128 with 2
+  // consumers keeps N = 64 for small tiles (the experts' remainders).
   static constexpr int kSmallN = kBN == 128 && kConsumers == 2 ? 64 : 0;
 
   // Register reallocation (1 CTA per SM): the CTA launches with kLaunchRegs a thread (the 64K file

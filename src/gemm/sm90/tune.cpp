@@ -17,8 +17,14 @@ const std::vector<Sm90Config>& compiled_configs() {
       {16, 4, 6, 1, "decode: <= 8 rows per expert", true, 2},
       {32, 4, 5, 1, "small: <= 24 rows per expert", true, 2},
       {64, 4, 4, 1, "medium: <= 40 rows per expert", false, 2},
-      {128, 2, 6, 1, "large: <= 384 rows per expert", true},
-      {256, 2, 4, 1, "prefill: > 384 rows per expert", true},
+      {128, 2, 6, 1, "large: <= 96 rows per expert", true},
+      // 4 consumers: a 256-row weight tile, half the activation bytes per MMA of BN128_C2 (single-
+      // buffered fragments, 112 registers a consumer; no N = 64 size for small tiles, which made
+      // ptxas spill and serialize). Faster than BN128_C2 and BN256 at every Qwen3-30B (128-1024 rows
+      // per expert) and gpt-oss-120b (256) point (bench/results/2026-11-29_h200_tune_prefill.txt).
+      {128, 4, 5, 1, "prefill: > 96 rows per expert"},
+      // Tuning candidate only (slower than BN128_C4 wherever both were measured).
+      {256, 2, 4, 1, "prefill, BN256 (tuning candidate)", true},
   };
   return kConfigs;
 }
