@@ -25,7 +25,7 @@ for tu in sm90_gemm1 sm90_gemm2; do
            if (used != want) { print "'"$tu"': a setmaxnreg kernel launches with " used " registers, not " want; bad=1 } } }
        END {exit bad}' "$log" || status=1
   # every dispatched config must be among the kernels checked (a regex that stops matching would
-  # otherwise check nothing), and no kernel may use local memory (a stack frame)
+  # otherwise check nothing), and no kernel may use local memory (a stack frame) but the one below
   want=$(grep -o "Sm90Traits<[0-9]" "$root/src/gemm/sm90/launch.cuh" | wc -l)
   got=$(grep -c "Compiling entry function.*Sm90Traits" "$log")
   if [ "$got" != "$want" ]; then echo "$tu: ptxas compiled $got sm90 kernels, launch.cuh dispatches $want"; status=1; fi
@@ -34,9 +34,9 @@ for tu in sm90_gemm1 sm90_gemm2; do
   # its K loop has no local memory). Anything more, or anywhere else, fails.
   if grep -qE "C75[0-9][0-9]" "$log"; then grep -E "C75[0-9][0-9]" "$log" | sort | uniq -c; status=1; fi
   awk '/Function properties for/ {fn=$NF}
-       /bytes stack frame/ {frame=$1+0; st=$4+0;
-         if (frame == 0 && st == 0 && $7+0 == 0) next;
-         if (fn ~ /Sm90TraitsILi128ELi4E/ && frame <= 16 && st <= 16) { print "allowed: " fn ": " $0; next }
+       /bytes stack frame/ {frame=$1+0; st=$5+0; ld=$9+0;   # "F bytes stack frame, S bytes spill stores, L bytes spill loads"
+         if (frame == 0 && st == 0 && ld == 0) next;
+         if (fn ~ /Sm90TraitsILi128ELi4ELi5ELi1ELb1E/ && frame <= 16 && st <= 12 && ld <= 136) { print "allowed: " fn ": " $0; next }
          print "local memory: " fn ": " $0; bad=1}
        END {exit bad}' "$log" || status=1
 done

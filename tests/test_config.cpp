@@ -64,6 +64,8 @@ TEST(SelectConfig, OnlyInstantiatedTilesAndSaneShapes) {
 
 #include <cstdio>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "src/gemm/sm90/tune.h"
 
@@ -78,6 +80,16 @@ TEST(TuneTable, SelectConfigReturnsOnlyCompiledConfigs) {
     EXPECT_TRUE(config_by_name(c.name()).has_value()) << c.name();
   }
   EXPECT_FALSE(config_by_name("BN48_C2_S4_x1").has_value());
+}
+
+// The list launch.cuh instantiates (CompiledTraits) is kept in step with compiled_configs() by hand;
+// scripts/ptxas-check.sh counts the kernels and the GPU tests launch each one. This pins the names.
+TEST(TuneTable, CompiledConfigNames) {
+  std::vector<std::string> names;
+  for (const auto& c : compiled_configs()) names.push_back(c.name());
+  const std::vector<std::string> want = {"BN16_C4_S6_x1_db_c2", "BN32_C4_S5_x1_db_c2", "BN64_C4_S4_x1_c2",
+                                         "BN128_C2_S6_x1_db",   "BN128_C4_S5_x1",      "BN256_C2_S4_x1_db"};
+  EXPECT_EQ(names, want);
 }
 
 TEST(TuneTable, SavesLoadsAndLooksUpByRowsPerExpertBucket) {

@@ -7,6 +7,7 @@
 #include "src/common/pdl.h"
 #include "src/format/block_codec.h"
 #include "src/permute/permute.h"
+#include "src/routing/det_math.h"
 
 namespace fp4moe {
 namespace {
@@ -138,7 +139,7 @@ __global__ void __launch_bounds__(kRowThreads) permute_kernel(PermuteParams p) {
 // CTA per token left a T=1 forward waiting 26 us on one SM's load latency). Each thread sums 8
 // columns over the slots in slot order, its K row loads issued before the first add.
 constexpr int kFinalizeColumns = kRowThreads * 8;
-constexpr int kMaxTopK = 16;  // routing's limit (fp4moe/routing.h)
+constexpr int kMaxTopK = routing::kMaxTopK;
 
 __global__ void __launch_bounds__(kRowThreads) finalize_kernel(PermuteParams p, uint16_t* out) {
   const int64_t t = blockIdx.x;

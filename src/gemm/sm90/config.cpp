@@ -7,7 +7,7 @@ namespace fp4moe::sm90 {
 std::string Sm90Config::name() const {
   return "BN" + std::to_string(tile_tokens) + "_C" + std::to_string(consumers) + "_S" + std::to_string(stages) +
          "_x" + std::to_string(ctas_per_sm) + (double_buffer ? "_db" : "") +
-         (chunks_per_stage == 2 ? "_c2" : "");
+         (chunks_per_stage != 1 ? "_c" + std::to_string(chunks_per_stage) : "");
 }
 
 Sm90Config select_config(const ConfigInput& in) {

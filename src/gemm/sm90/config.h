@@ -11,7 +11,7 @@ namespace fp4moe::sm90 {
 struct Sm90Config {
   int tile_tokens = 8;    // BN: tokens (routed rows) per tile, the wgmma N
   int consumers = 2;      // consumer warpgroups; each owns one 64-row weight unit of the tile
-  int stages = 8;         // shared-memory pipeline depth (K chunks of 64)
+  int stages = 8;         // shared-memory pipeline depth (stages of chunks_per_stage K chunks of 64)
   int ctas_per_sm = 2;    // persistent CTAs per SM
   const char* regime = "";
   bool double_buffer = false;  // double-buffered A fragments (name suffix "_db")
@@ -35,7 +35,9 @@ struct ConfigInput {
 //   medium  <= 40                -> BN 64, 4 consumers, 4 stages of 2 chunks
 //   large   <= 96                -> BN 128, 2 consumers, 6 stages, per-tile wgmma N of 128 or 64
 //   prefill >  96                -> BN 128, 4 consumers (a 256-row weight tile), 5 stages
-// BN16/32/128_C2 double-buffer their A fragments (the "_db" name suffix; two chunks a stage: "_c2").
+// BN16/32 (4 consumers) and BN128 with 2 consumers double-buffer their A fragments (name suffix "_db");
+// BN16/32/64 put two K chunks in a pipeline stage (suffix "_c2", not to be confused with "_C2", 2
+// consumers).
 // BN 256 (2 consumers) is compiled as a tuning candidate only.
 // (thresholds measured with fp4moe-bench --tune on an H200: see config.cpp)
 // Only BN 128 with 2 consumers buckets its tiles' wgmma N: each bucket is another inlined K loop, and

@@ -9,9 +9,10 @@
 // numerics as the SIMT kernels (src/gemm/simt/), checked against reference/moe_reference.cpp.
 //
 // Warp roles (warp-specialized, persistent): warpgroup 0 is the producer, one thread of which streams
-// each K chunk (64) of the tile's weight units and activation rows into a shared-memory stage with
-// two bulk async copies (the units of a chunk are contiguous); warpgroups 1..C are consumers,
-// consumer c owning weight unit c of the tile.
+// the tile's weight units and activation rows into shared-memory stages of one or two K chunks (64)
+// with bulk async copies (one for the units of a chunk, which are contiguous, or of both chunks; one
+// per chunk for the activations); warpgroups 1..C are consumers, consumer c owning weight unit c of
+// the tile.
 #pragma once
 
 #include <cute/arch/mma_sm90_gmma.hpp>
@@ -92,6 +93,7 @@ struct Sm90Traits {
   // K chunks (64) per stage: with 2, the barrier waits, arrivals and stage bookkeeping of producer and
   // consumers happen once per two chunks. Chunk slots (kSlots) are laid out as with kChunks = 1.
   static constexpr int kChunks = kChunks_;
+  static_assert(kChunks == 1 || kChunks == 2, "consume_tile and the producer handle one or two chunks a stage");
   static constexpr int kSlots = kStages * kChunks;
   static constexpr int kCtasPerSm = kCtasPerSm_;
   static constexpr bool kGemm1 = kGemm1_;
