@@ -43,6 +43,48 @@ TEST(SelectConfig, RegimesFollowRowsPerExpert) {
   EXPECT_EQ(select_config(ep).tile_tokens, 64);
 }
 
+TEST(SelectConfig, SplitKOnlyForFewDecodeTiles) {
+  Sm90Config bn16;
+  bn16.tile_tokens = 16;
+  bn16.consumers = 4;
+  Sm90Config bn128 = bn16;
+  bn128.tile_tokens = 128;
+  ConfigInput scout;  // Llama-4-Scout: E=16, top-1, GEMM2 m_units 80, k_units 128
+  scout.num_tokens = 1;
+  scout.top_k = 1;
+  scout.num_local_experts = 16;
+  scout.num_sms = 132;
+  EXPECT_EQ(select_split_k(scout, bn16, 80, 128), 6);   // 20 tiles -> 132 / 20
+  EXPECT_EQ(select_split_k(scout, bn16, 256, 80), 2);   // GEMM1: 64 tiles
+  EXPECT_EQ(select_split_k(scout, bn128, 80, 128), 1);  // BN16 only
+  EXPECT_EQ(select_split_k(scout, bn16, 80, 7), 1);     // ranges of at least 4 chunks
+  EXPECT_EQ(select_split_k(scout, bn16, 80, 12), 3);
+  scout.num_tokens = 0;
+  EXPECT_EQ(select_split_k(scout, bn16, 80, 128), 1);
+  // DeepSeek-R1 T=1: 8 experts x 28 m-blocks = 224 tiles, more than the SMs.
+  EXPECT_EQ(select_split_k(deepseek(1), bn16, 112, 32), 1);
+  // Tiny: 1 tile: at most 8 ranges.
+  ConfigInput one = scout;
+  one.num_tokens = 1;
+  EXPECT_EQ(select_split_k(one, bn16, 4, 1000), 8);
+  // Never more than kMaxSplitUnits work units, never a tile count past half the SMs.
+  for (int64_t t : {1, 2, 3, 5, 8, 16, 64}) {
+    for (int64_t m : {4, 16, 64, 256}) {
+      ConfigInput in = scout;
+      in.num_tokens = t;
+      in.num_sms = 528;
+      const int s = select_split_k(in, bn16, m, 256);
+      EXPECT_GE(s, 1);
+      EXPECT_LE(s, 8);
+      const int64_t tiles = std::min<int64_t>(t, (t + 15) / 16 + std::min<int64_t>(t, 16)) * ((m + 3) / 4);
+      if (s > 1) {
+        EXPECT_LE(int64_t(s) * tiles, 256) << t << " " << m;
+        EXPECT_LE(2 * tiles, 528) << t << " " << m;
+      }
+    }
+  }
+}
+
 TEST(SelectConfig, OnlyInstantiatedTilesAndSaneShapes) {
   for (int64_t t : {0, 1, 7, 127, 1000, 65536}) {
     for (int experts : {1, 8, 128, 256}) {

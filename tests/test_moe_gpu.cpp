@@ -10,6 +10,8 @@
 #include "fp4moe/moe_gpu.h"
 #include "moe_test_util.h"
 #include "reference/sharding.h"
+#include "src/gemm/sm90/config.h"
+#include "src/gemm/sm90/tune.h"
 #include "src/moe/weight_layout.h"
 #include "src/moe/workspace.h"
 
@@ -414,6 +416,65 @@ TEST(MoeGpu, EveryCompiledSm90ConfigGivesTheSameBits) {
       }
     }
     ASSERT_OK(layer->force_sm90_config(""));
+  }
+}
+
+// LayerOptions::split_k: the decode config cuts each tile's K over otherwise idle SMs. The cases are
+// chosen so that GEMM2 always splits and GEMM1 at T=1 (checked with select_split_k on this GPU's SM
+// count); the result must match the reference and be the same bits run to run.
+TEST(MoeGpu, SplitKMatchesTheReferenceAndIsDeterministic) {
+  FP4MOE_REQUIRE_GPU();
+  int device = 0, num_sms = 0;
+  CUDA_ASSERT(cudaGetDevice(&device));
+  CUDA_ASSERT(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
+  struct SplitCase {
+    const char* preset;
+    int factor;
+    Mode mode;
+  };
+  for (const SplitCase& c : {SplitCase{"llama4-scout", 4, Mode::kW4A16}, SplitCase{"llama4-scout", 4, Mode::kW4A4},
+                             SplitCase{"gpt-oss-120b", 4, Mode::kW4A16}}) {
+    MoeProblem full;
+    ASSERT_OK(get_preset(c.preset, &full));
+    MoeProblem p = scaled_preset(full, c.factor);
+    p.mode = c.mode;
+    p.max_tokens = 8;
+    const uint64_t seed = testing::test_seed() ^ 0x5b17;
+    const HostMoeWeights hw = make_random_weights(p, seed);
+    LayerOptions opt;
+    opt.path = KernelPath::kSm90;
+    opt.split_k = true;
+    std::unique_ptr<MoeLayer> layer;
+    Status st = MoeLayer::create_dummy(p, seed, opt, &layer);
+    if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.to_string();
+    ASSERT_OK(st);
+    const std::string bn16 = MoeLayer::sm90_config_names().front();
+    ASSERT_EQ(bn16.rfind("BN16_", 0), 0u) << bn16;
+    ASSERT_OK(layer->force_sm90_config(bn16));
+    auto rng = make_rng(seed);
+    for (int64_t T : {1, 3}) {
+      sm90::ConfigInput in;
+      in.num_tokens = T;
+      in.top_k = p.top_k();
+      in.num_local_experts = layer->num_local_experts();
+      in.num_sms = num_sms;
+      const sm90::Sm90Config cfg = *sm90::config_by_name(bn16);
+      const int64_t inter = layer->local_intermediate_size();
+      const layout::GemmWeightShape g1{2 * inter, p.hidden_size, true}, g2{p.hidden_size, inter, false};
+      const std::string what = p.name + " " + to_string(c.mode) + " T=" + std::to_string(T);
+      // (gpt-oss at T=3 has 12 routed pairs: GEMM1's 72 tiles are more than half the SMs.)
+      if (T == 1) {
+        EXPECT_GT(sm90::select_split_k(in, cfg, g1.m_units(), g1.k_units()), 1) << what << ": GEMM1 does not split";
+      }
+      EXPECT_GT(sm90::select_split_k(in, cfg, g2.m_units(), g2.k_units()), 1) << what << ": GEMM2 does not split";
+      auto hidden = testing::random_hidden(rng, T, p.hidden_size);
+      auto logits = testing::random_logits(rng, T, p.num_experts());
+      GpuRun run, again;
+      run_forward(*layer, hidden, logits, T, &run);
+      expect_matches_reference(p, hw, {}, hidden, run, T, what + " split-K");
+      run_forward(*layer, hidden, logits, T, &again);
+      EXPECT_EQ(std::memcmp(run.out.data(), again.out.data(), run.out.size() * 2), 0) << what << ": not deterministic";
+    }
   }
 }
 

@@ -56,6 +56,7 @@ struct Options {
   int layer = -1;               // --layer L (default: the first MoE layer)
   std::string tune_out;         // --tune FILE: measure every compiled config per token count, write FILE
   std::string tune_file;        // --tune-file FILE: use measured choices
+  bool split_k = false;         // --split-k: LayerOptions::split_k
   std::string argv;
 };
 
@@ -66,7 +67,7 @@ struct Options {
                "                    [--check] [--check-tokens N] [--json FILE] [--iters N] [--warmup N] [--seed N]\n"
                "                    [--scale F] [--routing model|random] [--tune FILE] [--tune-file FILE]\n"
                "                    [--checkpoint DIR [--layer L]]\n"
-               "                    [--verbose]\n",
+               "                    [--split-k] [--verbose]\n",
                msg);
   std::exit(2);
 }
@@ -114,6 +115,7 @@ Options parse(int argc, char** argv) {
       else usage(("--routing = '" + r + "' is not one of: model, random").c_str());
     }
     else if (a == "--verbose") o.verbose = true;
+    else if (a == "--split-k") o.split_k = true;
     else if (a == "--json") o.json = value();
     else if (a == "--iters") o.iters = std::max<int>(1, int(integer(value())));
     else if (a == "--warmup") o.warmup = int(integer(value()));
@@ -474,7 +476,8 @@ void write_json(const Options& o, const MoeProblem& p, const char* gpu, const Ce
   }
   f << "{\n  \"tool\": \"fp4moe-bench\",\n  \"date\": \"" << now_utc() << "\",\n  \"commit\": \"" << commit()
     << "\",\n  \"gpu\": \"" << gpu << "\",\n  \"command\": \"" << o.argv << "\",\n  \"preset\": \"" << p.name
-    << "\",\n  \"mode\": \"" << to_string(p.mode) << "\",\n  \"routing\": \"" << (o.random_routing ? "random" : "model")
+    << "\",\n  \"mode\": \"" << to_string(p.mode) << "\",\n  \"split_k\": " << (o.split_k ? "true" : "false")
+    << ",\n  \"routing\": \"" << (o.random_routing ? "random" : "model")
     << "\",\n  \"ceilings\": {\"copy_TBps\": " << c.copy_tbps
     << ", \"bf16_mm_TFLOPs\": " << c.bf16_tflops << "},\n  \"rows\": [\n";
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -579,6 +582,7 @@ int main(int argc, char** argv) {
   LayerOptions lo;
   lo.path = o.path;
   lo.tune_file = o.tune_file;
+  lo.split_k = o.split_k;
   std::unique_ptr<MoeLayer> layer;
   const HostMoeWeights* host = o.checkpoint.empty() ? nullptr : &loaded;
   auto make_layer = [&] {

@@ -34,6 +34,12 @@ struct LayerOptions {
   int tp_rank = 0, tp_size = 1;
   // Config choices measured by `fp4moe-bench --tune FILE` on this GPU (empty: the built-in heuristic).
   std::string tune_file;
+  // Split-K for decode with fewer GEMM tiles than SMs (a token or two on a few experts, e.g. Llama-4
+  // top-1 at T=1): the sm90 decode config (16-token tiles) cuts each tile's K into up to 8 ranges on
+  // otherwise idle SMs and sums their fp32 partials in a fixed order. Deterministic run to run, but
+  // not bit-identical to the unsplit forward, and the split depends on the batch's token count, so a
+  // token's output bits then depend on how many tokens share its batch. Off by default.
+  bool split_k = false;
 };
 
 struct ForwardArgs {

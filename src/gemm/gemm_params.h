@@ -38,6 +38,10 @@ struct MoeGemmParams {
   bool weight_on_input = false;
   int tile_tokens = 0;
   int64_t max_tiles = 0;  // upper bound of the token tiles of any routing (grid sizing)
+  // Split-K (sm90 BN16 only): each tile's K chunks cut into split_k1 (GEMM1) / split_k2 (GEMM2)
+  // ranges, run as separate work units; the last unit of a tile to finish sums the fp32 partials in
+  // range order and runs the epilogue. 1: off.
+  int split_k1 = 1, split_k2 = 1;
 };
 
 // Which expert and rows a token tile covers (tile numbering from the plan kernel's tile_start).

@@ -342,6 +342,15 @@ Status MoeLayer::forward(const ForwardArgs& a, void* workspace, size_t workspace
   g.max_tiles = (T * K + g.tile_tokens - 1) / g.tile_tokens + m.shard.num_local_experts;
   if (m.path == KernelPath::kSm90) {
     const sm90::Sm90Config cfg = m.sm90_config(T);
+    if (m.options.split_k) {
+      sm90::ConfigInput in;
+      in.num_tokens = T;
+      in.top_k = K;
+      in.num_local_experts = m.shard.num_local_experts;
+      in.num_sms = m.num_sms;
+      g.split_k1 = sm90::select_split_k(in, cfg, g.g1.m_units(), g.g1.k_units());
+      g.split_k2 = sm90::select_split_k(in, cfg, g.g2.m_units(), g.g2.k_units());
+    }
     FP4MOE_RETURN_IF_ERROR(sm90::launch_gemm1(g, cfg, m.num_sms, stream));
     FP4MOE_RETURN_IF_ERROR(sm90::launch_gemm2(g, cfg, m.num_sms, stream));
   } else {

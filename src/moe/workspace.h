@@ -19,6 +19,12 @@ namespace fp4moe {
 
 constexpr int kMaxTileTokens = 256;  // the largest token tile of any GEMM config (slack rows)
 
+// Split-K (LayerOptions::split_k, BN16 configs): at most kMaxSplitUnits (tile, K range) work units
+// per GEMM, each leaving up to kSplitUnitFloats fp32 partial sums (4 consumers x 128 threads x 8).
+constexpr int kMaxSplitUnits = 256;
+constexpr int kSplitUnitFloats = 4 * 128 * 8;
+constexpr int kSplitCounters = kMaxSplitUnits * 4;  // per GEMM: one per (tile, consumer)
+
 FP4MOE_HD int64_t tiled_offset_bytes(int64_t row, int64_t k, int64_t rows_cap) {
   const int64_t chunk = k / 64;
   const int piece = int(k % 64) / 8;
@@ -42,6 +48,8 @@ struct WorkspaceLayout {
   size_t x = 0;            // bf16 tiled [x_k/64][rows_cap][64]
   size_t h = 0;            // bf16 tiled [h_k/64][rows_cap][64]
   size_t y = 0;            // bf16 [rows_cap, H]: weighted expert outputs
+  size_t split_partial = 0;  // fp32 [kMaxSplitUnits][kSplitUnitFloats]: split-K partial sums
+  size_t split_count = 0;    // int32 [2][kSplitCounters]: arrivals per (tile, consumer), GEMM1 then GEMM2
   size_t total = 0;
 
   static WorkspaceLayout make(int64_t max_tokens, int top_k, int num_local_experts, int64_t hidden,
@@ -71,6 +79,8 @@ struct WorkspaceLayout {
     w.x = take(2 * size_t(w.rows_cap) * size_t(w.x_k));
     w.h = take(2 * size_t(w.rows_cap) * size_t(w.h_k));
     w.y = take(2 * size_t(w.rows_cap) * size_t(hidden));
+    w.split_partial = take(4 * size_t(kMaxSplitUnits) * kSplitUnitFloats);
+    w.split_count = take(4 * 2 * size_t(kSplitCounters));
     w.total = off;
     return w;
   }
@@ -89,6 +99,8 @@ struct WorkspacePtrs {
   uint16_t* x;
   uint16_t* h;
   uint16_t* y;
+  float* split_partial;
+  int32_t* split_count;
 
   static WorkspacePtrs from(void* base, const WorkspaceLayout& l) {
     char* b = static_cast<char*>(base);
@@ -97,7 +109,8 @@ struct WorkspacePtrs {
             reinterpret_cast<int32_t*>(b + l.cursor),   reinterpret_cast<int32_t*>(b + l.tile_start),
             reinterpret_cast<int32_t*>(b + l.pair_row), reinterpret_cast<int32_t*>(b + l.row_pair),
             reinterpret_cast<uint16_t*>(b + l.x),       reinterpret_cast<uint16_t*>(b + l.h),
-            reinterpret_cast<uint16_t*>(b + l.y)};
+            reinterpret_cast<uint16_t*>(b + l.y),       reinterpret_cast<float*>(b + l.split_partial),
+            reinterpret_cast<int32_t*>(b + l.split_count)};
   }
 };
 

@@ -44,6 +44,12 @@ struct ConfigInput {
 // elsewhere ptxas ran out of registers and serialized every wgmma (C7512; scripts/ptxas-check.sh).
 Sm90Config select_config(const ConfigInput& in);
 
+// Split-K ranges for one GEMM of a forward with LayerOptions::split_k (1: none): only the BN16
+// config, only when at most half the SMs would have a tile. Tiles are bounded from the token count
+// (at most min(T*K, T*K/16 + min(T*K, experts)) token tiles times the m-blocks); each SM then gets
+// a K range, up to 8 ranges of at least 4 chunks, at most kMaxSplitUnits work units.
+int select_split_k(const ConfigInput& in, const Sm90Config& c, int64_t m_units, int64_t k_units);
+
 // The tile sizes instantiated (a dispatch default fails loudly for anything else).
 constexpr int kSupportedTileTokens[] = {16, 32, 64, 128, 256};
 

@@ -180,7 +180,10 @@ struct ConsumerCtx {
   uint8_t* staging;
   float* row_weight;
   int c, tid, warp, lane, r0;
-  int64_t k_units;
+  int64_t k_units;  // K chunks of this work unit (all of K, or one split-K range)
+  // Split-K (BN16 only): the tile's index, this unit's range and the number of ranges.
+  int64_t tile;
+  int split, split_index;
 };
 
 // One tile of one consumer warpgroup with a wgmma N of kN: the K loop and the epilogue.
@@ -266,7 +269,7 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
   using C0 = std::integral_constant<int, 0>;
   using Odd = std::integral_constant<int, kBufs - 1>;         // fragment buffer of odd chunks
   using Slot1 = std::integral_constant<int, T::kChunks - 1>;  // slot of odd chunks
-  const int k_units = int(x.k_units);
+  const int k_units = int(x.k_units);  // this unit's chunks
   int ku = 0;
   if constexpr (kBufs == 2 || T::kChunks == 2) {
     for (; ku + 1 < k_units; ku += 2) {
@@ -289,6 +292,41 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
   for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
   if (prev_stage >= 0) release_stage(&x.empty[prev_stage], x.lane);
   if (!active) return;
+
+  // ---- Split-K: partial sums out, the tile's last unit sums them in range order --------------------
+  if constexpr (T::kBN == 16) {
+    if (x.split > 1) {
+      static_assert(T::kConsumers * 128 * kAcc <= kSplitUnitFloats, "split-K partial slot too small");
+      constexpr int kUnitSlot = T::kConsumers * 128 * kAcc;
+      float* const part = p.ws.split_partial + x.c * 128 * kAcc + x.tid * kAcc;
+      int32_t* const count = p.ws.split_count + (T::kGemm1 ? 0 : kSplitCounters) + x.tile * T::kConsumers + x.c;
+      float* const mine = part + (x.tile * x.split + x.split_index) * kUnitSlot;
+#pragma unroll
+      for (int i = 0; i < kAcc; i += 4) *reinterpret_cast<float4*>(mine + i) = make_float4(acc[i], acc[i + 1], acc[i + 2], acc[i + 3]);
+      __threadfence();  // the partials before the arrival
+      const uint32_t bar = 1 + x.c;
+      named_barrier_sync(bar, 128);
+      int* const flag = reinterpret_cast<int*>(x.row_weight);  // this consumer's scratch word
+      if (x.tid == 0) *flag = atomicAdd(count, 1) == x.split - 1;
+      named_barrier_sync(bar, 128);
+      const bool last = *flag != 0;
+      named_barrier_sync(bar, 128);  // everyone has read the flag before the epilogue reuses the word
+      if (!last) return;
+      __threadfence();  // the other units' partials after their arrivals
+      for (int r = 0; r < x.split; ++r) {
+        const float* src = part + (x.tile * x.split + r) * kUnitSlot;
+#pragma unroll
+        for (int i = 0; i < kAcc; i += 4) {
+          const float4 v = __ldcg(reinterpret_cast<const float4*>(src + i));
+          if (r == 0) {
+            acc[i] = v.x, acc[i + 1] = v.y, acc[i + 2] = v.z, acc[i + 3] = v.w;
+          } else {
+            acc[i] += v.x, acc[i + 1] += v.y, acc[i + 2] += v.z, acc[i + 3] += v.w;
+          }
+        }
+      }
+    }
+  }
 
   // ---- Epilogue -----------------------------------------------------------------------------------
   const int e = tc.expert;
@@ -415,6 +453,11 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   const int m_units = int(g.m_units());
   const int m_blocks = (m_units + T::kConsumers - 1) / T::kConsumers;
   const int64_t num_tiles = int64_t(tile_start[p.num_local_experts]) * m_blocks;
+  // Split-K (BN16 only; the host keeps num_tiles * split <= kMaxSplitUnits): work unit w is range
+  // w % split of tile w / split, chunks [r * k_units / split, (r + 1) * k_units / split).
+  const int split = T::kBN == 16 ? (T::kGemm1 ? p.split_k1 : p.split_k2) : 1;
+  const int64_t num_work = num_tiles * split;
+  auto k_begin = [&](int64_t r) { return r * k_units / split; };
 
   if (wg == 0) {
     // ---- Producer --------------------------------------------------------------------------------
@@ -425,14 +468,16 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
     const uint64_t pol_weights = policy_evict_first();
     const uint64_t pol_act = policy_evict_last();
     PipeState ps;
-    for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+    for (int64_t w = blockIdx.x; w < num_work; w += gridDim.x) {
+      const int64_t t = w / split;
+      const int64_t k0 = k_begin(w % split), k1 = k_begin(w % split + 1);
       const TileCoord tc = find_tile(p, tile_start, t / m_blocks);
       const int mb = int(t % m_blocks);
       const int valid_units = min(T::kConsumers, m_units - mb * T::kConsumers);
       const uint32_t b_bytes = uint32_t(tile_bucket<T>(tc.rows)) * 128;
       const uint32_t w_bytes = valid_units * layout::kUnitBytes;
-      for (int64_t ku = 0; ku < k_units; ku += T::kChunks) {
-        const int n = k_units - ku < T::kChunks ? int(k_units - ku) : T::kChunks;  // chunks in this stage
+      for (int64_t ku = k0; ku < k1; ku += T::kChunks) {
+        const int n = k1 - ku < T::kChunks ? int(k1 - ku) : T::kChunks;  // chunks in this stage
         mbar_wait(&empty[ps.stage], ps.phase ^ 1);
         mbar_arrive_expect_tx(&full[ps.stage], uint32_t(n) * (b_bytes + w_bytes));
         const int slot0 = ps.stage * T::kChunks;
@@ -474,9 +519,13 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   x.r0 = 16 * x.warp + x.lane / 4;  // this thread's unit rows r0 and r0 + 8
   x.staging = smem + T::kOffStaging + x.c * T::kStagingBytes;
   x.row_weight = reinterpret_cast<float*>(smem + T::kOffRowWeight) + x.c * T::kBN;
-  x.k_units = k_units;
+  x.split = __shfl_sync(0xffffffffu, split, 0);
   PipeState ps;
-  for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+  for (int64_t w = blockIdx.x; w < num_work; w += gridDim.x) {
+    const int64_t t = w / split;
+    x.tile = t;
+    x.split_index = int(w % split);
+    x.k_units = __shfl_sync(0xffffffffu, int(k_begin(x.split_index + 1) - k_begin(x.split_index)), 0);
     TileCoord tc = find_tile(p, tile_start, t / m_blocks);
     tc.rows = __shfl_sync(0xffffffffu, tc.rows, 0);
     const int mu = int(t % m_blocks) * T::kConsumers + x.c;
