@@ -478,6 +478,51 @@ TEST(MoeGpu, SplitKMatchesTheReferenceAndIsDeterministic) {
   }
 }
 
+// Split-K with ranges of unequal, odd chunk counts (DeepSeek-R1/8: GEMM1's 14 chunks in ranges of
+// 4, 5, 5) on expert-parallel shards (local expert ids offset by expert_begin).
+TEST(MoeGpu, SplitKOnExpertParallelShardsWithUnequalRanges) {
+  FP4MOE_REQUIRE_GPU();
+  int device = 0, num_sms = 0;
+  CUDA_ASSERT(cudaGetDevice(&device));
+  CUDA_ASSERT(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
+  MoeProblem full;
+  ASSERT_OK(get_preset("deepseek-r1", &full));
+  MoeProblem p = scaled_preset(full, 8);
+  p.max_tokens = 4;
+  const uint64_t seed = testing::test_seed() + 29;
+  const HostMoeWeights hw = make_random_weights(p, seed);
+  auto rng = make_rng(seed);
+  const int64_t T = 1;
+  auto hidden = testing::random_hidden(rng, T, p.hidden_size);
+  auto logits = testing::random_logits(rng, T, p.num_experts());
+  for (int er = 0; er < 2; ++er) {
+    LayerOptions opt;
+    opt.path = KernelPath::kSm90;
+    opt.split_k = true;
+    opt.ep_rank = er, opt.ep_size = 2;
+    std::unique_ptr<MoeLayer> layer;
+    Status st = MoeLayer::create_dummy(p, seed, opt, &layer);
+    if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.to_string();
+    ASSERT_OK(st);
+    sm90::ConfigInput in;
+    in.num_tokens = T;
+    in.top_k = p.top_k();
+    in.num_local_experts = layer->num_local_experts();
+    in.num_sms = num_sms;
+    const sm90::Sm90Config cfg = *sm90::config_by_name(MoeLayer::sm90_config_names().front());
+    const layout::GemmWeightShape g1{2 * layer->local_intermediate_size(), p.hidden_size, true};
+    EXPECT_GE(sm90::select_split_k(in, cfg, g1.m_units(), g1.k_units()), 3) << "GEMM1 of ep rank " << er;
+    GpuRun run, again;
+    run_forward(*layer, hidden, logits, T, &run);
+    run_forward(*layer, hidden, logits, T, &again);
+    HostMoeWeights shard;
+    const ref::ShardSpec spec{er, 2, 0, 1};
+    ASSERT_OK(ref::shard_weights(p, hw, spec, &shard));
+    expect_matches_reference(p, shard, spec, hidden, run, T, "split-K ep " + std::to_string(er) + "/2");
+    EXPECT_EQ(std::memcmp(run.out.data(), again.out.data(), run.out.size() * 2), 0) << "ep " << er;
+  }
+}
+
 TEST(MoeGpu, ForwardRejectsBadArgumentsBeforeLaunching) {
   FP4MOE_REQUIRE_GPU();
   MoeProblem p;

@@ -409,6 +409,10 @@ class MoE:
     repacks the weights onto that GPU once. Default: where weights['w13'] lives.
     path: GPU kernel path 'auto' | 'sm90' | 'simt' (kernel_info() tells what runs).
     tune_file: GPU only, config choices measured by ``fp4moe-bench --tune FILE`` on this GPU.
+    split_k: GPU only, LayerOptions::split_k: at one or two tokens on few experts (Llama-4, Mixtral,
+        gpt-oss), cut the decode GEMMs' K over otherwise idle SMs. Deterministic, within the
+        reference tolerance, but the output bits then depend on the batch's token count; off by
+        default (then they do not).
     """
 
     def __init__(
@@ -419,6 +423,7 @@ class MoE:
         device=None,
         path: str = "auto",
         tune_file=None,
+        split_k: bool = False,
         ep_rank: int = 0,
         ep_size: int = 1,
         tp_rank: int = 0,
@@ -441,7 +446,17 @@ class MoE:
             else:
                 kind, index = _parse_device(device)
             _layer = _ext.Layer.from_weights(
-                problem, canonical, kind, index, ep_rank, ep_size, tp_rank, tp_size, path, str(tune_file or "")
+                problem,
+                canonical,
+                kind,
+                index,
+                ep_rank,
+                ep_size,
+                tp_rank,
+                tp_size,
+                path,
+                str(tune_file or ""),
+                bool(split_k),
             )
         self._layer = _layer
         self._problem = _layer.problem
@@ -458,6 +473,7 @@ class MoE:
         device="cuda",
         path: str = "auto",
         tune_file=None,
+        split_k: bool = False,
         ep_rank: int = 0,
         ep_size: int = 1,
         tp_rank: int = 0,
@@ -469,7 +485,17 @@ class MoE:
             raise InvalidArgumentError(f"problem is a {type(problem).__name__}; expected fp4moe.Problem")
         kind, index = _parse_device(device)
         layer = _ext.Layer.dummy(
-            problem, int(seed), kind, index, ep_rank, ep_size, tp_rank, tp_size, path, str(tune_file or "")
+            problem,
+            int(seed),
+            kind,
+            index,
+            ep_rank,
+            ep_size,
+            tp_rank,
+            tp_size,
+            path,
+            str(tune_file or ""),
+            bool(split_k),
         )
         return cls(problem, None, _layer=layer)
 
@@ -482,6 +508,7 @@ class MoE:
         device="cuda",
         path: str = "auto",
         tune_file=None,
+        split_k: bool = False,
         mode: str = "w4a16",
         max_tokens: int = 8192,
         ep_rank: int = 0,
@@ -504,6 +531,7 @@ class MoE:
             device=device,
             path=path,
             tune_file=tune_file,
+            split_k=split_k,
             ep_rank=ep_rank,
             ep_size=ep_size,
             tp_rank=tp_rank,

@@ -265,6 +265,20 @@ def test_gpu_w4a4_against_reference():
 
 
 @requires_gpu
+def test_gpu_split_k_against_reference():
+    # Llama-4-Scout, one token: both GEMMs have fewer tiles than SMs, so split_k splits them.
+    p = scaled_problem("llama4-scout", 4)
+    weights = fp4moe.random_weights(p, 6)
+    x, logits = make_inputs(p, 1, device="cuda")
+    moe = fp4moe.MoE(p, weights, device="cuda", split_k=True)
+    y = moe(x.to(torch.bfloat16), logits)
+    again = moe(x.to(torch.bfloat16), logits)
+    cpu = fp4moe.MoE(p, weights, device="cpu")(x.cpu().numpy(), logits.cpu().numpy())
+    assert normalized_error(y, torch.from_numpy(cpu)) <= REFERENCE_TOLERANCE["w4a16"]
+    assert torch.equal(y, again)
+
+
+@requires_gpu
 def test_gpu_dummy_weights_equal_random_weights():
     p = scaled_problem("deepseek-r1", 16)
     x, logits = make_inputs(p, 9, device="cuda")

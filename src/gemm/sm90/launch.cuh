@@ -34,9 +34,9 @@ Status launch_traits(const MoeGemmParams& p, int num_sms, cudaStream_t stream) {
   }
   const layout::GemmWeightShape& g = T::kGemm1 ? p.g1 : p.g2;
   const int64_t m_blocks = (g.m_units() + T::kConsumers - 1) / T::kConsumers;
-  const int split = T::kBN == 16 ? (T::kGemm1 ? p.split_k1 : p.split_k2) : 1;
-  if (split < 1 || (split > 1 && T::kBN != 16))
-    return internal_error("sm90: split-K ", split, " for config BN", T::kBN);
+  const int split = T::kGemm1 ? p.split_k1 : p.split_k2;
+  if (split < 1 || (split > 1 && (T::kBN != 16 || split > g.k_units())))
+    return internal_error("sm90: split-K ", split, " for config BN", T::kBN, " over ", g.k_units(), " K chunks");
   const int64_t max_tiles = p.max_tiles * m_blocks * split;
   if (max_tiles == 0) return Status::Ok();
   const unsigned grid = unsigned(std::min<int64_t>(int64_t(num_sms) * T::kCtasPerSm, max_tiles));

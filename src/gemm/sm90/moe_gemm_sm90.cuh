@@ -303,11 +303,18 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
       float* const mine = part + (x.tile * x.split + x.split_index) * kUnitSlot;
 #pragma unroll
       for (int i = 0; i < kAcc; i += 4) *reinterpret_cast<float4*>(mine + i) = make_float4(acc[i], acc[i + 1], acc[i + 2], acc[i + 3]);
-      __threadfence();  // the partials before the arrival
+      __threadfence();  // each thread's partials out to L2
       const uint32_t bar = 1 + x.c;
       named_barrier_sync(bar, 128);
       int* const flag = reinterpret_cast<int*>(x.row_weight);  // this consumer's scratch word
-      if (x.tid == 0) *flag = atomicAdd(count, 1) == x.split - 1;
+      if (x.tid == 0) {
+        // Release (the warpgroup's partials, ordered before by the barrier) and acquire (the other
+        // ranges' partials) around the arrival, as a gpu-scope acq_rel atomic would.
+        __threadfence();
+        const int arrived = atomicAdd(count, 1);
+        __threadfence();
+        *flag = arrived == x.split - 1;
+      }
       named_barrier_sync(bar, 128);
       const bool last = *flag != 0;
       named_barrier_sync(bar, 128);  // everyone has read the flag before the epilogue reuses the word
@@ -455,6 +462,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   const int64_t num_tiles = int64_t(tile_start[p.num_local_experts]) * m_blocks;
   // Split-K (BN16 only; the host keeps num_tiles * split <= kMaxSplitUnits): work unit w is range
   // w % split of tile w / split, chunks [r * k_units / split, (r + 1) * k_units / split).
+  // (select_split_k keeps num_tiles * split <= kMaxSplitUnits for every routing and split <= k_units / 4;
+  // launch_traits refuses a split past k_units. Re-checking here made ptxas spill the BN16 kernels.)
   const int split = T::kBN == 16 ? (T::kGemm1 ? p.split_k1 : p.split_k2) : 1;
   const int64_t num_work = num_tiles * split;
   auto k_begin = [&](int64_t r) { return r * k_units / split; };
