@@ -66,6 +66,17 @@ struct MoeLayer::Impl {
     if (auto tuned = tune.lookup(in)) return *tuned;
     return sm90::select_config(in);
   }
+  // Split-K ranges of GEMM1 (gemm1) or GEMM2 for a forward of num_tokens with config c (1: none).
+  int split_k(int64_t num_tokens, const sm90::Sm90Config& c, bool gemm1) const {
+    if (!options.split_k || path != KernelPath::kSm90) return 1;
+    sm90::ConfigInput in;
+    in.num_tokens = num_tokens;
+    in.top_k = problem.top_k();
+    in.num_local_experts = shard.num_local_experts;
+    in.num_sms = num_sms;
+    const layout::GemmWeightShape& g = gemm1 ? weights.g1 : weights.g2;
+    return sm90::select_split_k(in, c, g.m_units(), g.k_units());
+  }
   int tile_tokens(int64_t num_tokens) const {
     return path == KernelPath::kSm90 ? sm90_config(num_tokens).tile_tokens : kSimtTileTokens;
   }
@@ -173,8 +184,12 @@ KernelInfo MoeLayer::kernel_info(int64_t num_tokens) const {
   k.path = impl_->path;
   if (impl_->path == KernelPath::kSm90) {
     const sm90::Sm90Config c = impl_->sm90_config(num_tokens);
-    k.gemm1 = "sm90_moe_gemm1_wgmma_rs(" + c.name() + ")";
-    k.gemm2 = "sm90_moe_gemm2_wgmma_rs(" + c.name() + ")";
+    auto split = [&](bool gemm1) {
+      const int s = impl_->split_k(num_tokens, c, gemm1);
+      return s > 1 ? ", split-K " + std::to_string(s) : std::string();
+    };
+    k.gemm1 = "sm90_moe_gemm1_wgmma_rs(" + c.name() + split(true) + ")";
+    k.gemm2 = "sm90_moe_gemm2_wgmma_rs(" + c.name() + split(false) + ")";
     k.regime = c.regime;
     return k;
   }
@@ -342,15 +357,8 @@ Status MoeLayer::forward(const ForwardArgs& a, void* workspace, size_t workspace
   g.max_tiles = (T * K + g.tile_tokens - 1) / g.tile_tokens + m.shard.num_local_experts;
   if (m.path == KernelPath::kSm90) {
     const sm90::Sm90Config cfg = m.sm90_config(T);
-    if (m.options.split_k) {
-      sm90::ConfigInput in;
-      in.num_tokens = T;
-      in.top_k = K;
-      in.num_local_experts = m.shard.num_local_experts;
-      in.num_sms = m.num_sms;
-      g.split_k1 = sm90::select_split_k(in, cfg, g.g1.m_units(), g.g1.k_units());
-      g.split_k2 = sm90::select_split_k(in, cfg, g.g2.m_units(), g.g2.k_units());
-    }
+    g.split_k1 = m.split_k(T, cfg, true);
+    g.split_k2 = m.split_k(T, cfg, false);
     FP4MOE_RETURN_IF_ERROR(sm90::launch_gemm1(g, cfg, m.num_sms, stream));
     FP4MOE_RETURN_IF_ERROR(sm90::launch_gemm2(g, cfg, m.num_sms, stream));
   } else {
