@@ -62,9 +62,9 @@ struct ForwardArgs {
 // What ran, for --verbose, the JSON and the Python binding.
 struct KernelInfo {
   KernelPath path = KernelPath::kSimt;
-  std::string gemm1;  // kernel and config names
+  std::string gemm1;  // kernel and config names (", split-K N" when LayerOptions::split_k splits it)
   std::string gemm2;
-  std::string regime; // e.g. "decode: <= 8 tokens per expert"
+  std::string regime; // e.g. "decode: <= 8 rows per expert"
 };
 
 class MoeLayer {

@@ -445,18 +445,9 @@ class MoE:
                 kind, index = ("cuda", place.index) if place.cuda else ("cpu", 0)
             else:
                 kind, index = _parse_device(device)
+            shard = (ep_rank, ep_size, tp_rank, tp_size)
             _layer = _ext.Layer.from_weights(
-                problem,
-                canonical,
-                kind,
-                index,
-                ep_rank,
-                ep_size,
-                tp_rank,
-                tp_size,
-                path,
-                str(tune_file or ""),
-                bool(split_k),
+                problem, canonical, kind, index, *shard, path, str(tune_file or ""), bool(split_k)
             )
         self._layer = _layer
         self._problem = _layer.problem
@@ -484,19 +475,8 @@ class MoE:
         if not isinstance(problem, Problem):
             raise InvalidArgumentError(f"problem is a {type(problem).__name__}; expected fp4moe.Problem")
         kind, index = _parse_device(device)
-        layer = _ext.Layer.dummy(
-            problem,
-            int(seed),
-            kind,
-            index,
-            ep_rank,
-            ep_size,
-            tp_rank,
-            tp_size,
-            path,
-            str(tune_file or ""),
-            bool(split_k),
-        )
+        shard = (ep_rank, ep_size, tp_rank, tp_size)
+        layer = _ext.Layer.dummy(problem, int(seed), kind, index, *shard, path, str(tune_file or ""), bool(split_k))
         return cls(problem, None, _layer=layer)
 
     @classmethod
