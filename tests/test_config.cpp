@@ -5,6 +5,7 @@
 #include <iterator>
 
 #include "src/gemm/sm90/config.h"
+#include "src/moe/workspace.h"
 
 namespace fp4moe::sm90 {
 namespace {
@@ -83,6 +84,17 @@ TEST(SelectConfig, SplitKOnlyForFewDecodeTiles) {
       }
     }
   }
+}
+
+TEST(SelectConfig, SplitKWorkspaceOnlyWhenAskedFor) {
+  const WorkspaceLayout off = WorkspaceLayout::make(64, 8, 256, 7168, 2048);
+  const WorkspaceLayout on = WorkspaceLayout::make(64, 8, 256, 7168, 2048, true);
+  EXPECT_EQ(off.split_counters, 0);
+  EXPECT_EQ(on.split_counters, 2 * kSplitCounters);
+  EXPECT_GE(on.total - off.total, size_t(4) * kMaxSplitUnits * kSplitUnitFloats + 4 * size_t(on.split_counters));
+  EXPECT_EQ(on.y, off.y);  // the other regions do not move
+  EXPECT_GE(on.split_count, on.split_partial + size_t(4) * kMaxSplitUnits * kSplitUnitFloats);
+  EXPECT_LE(on.split_count + 4 * size_t(on.split_counters), on.total);
 }
 
 TEST(SelectConfig, OnlyInstantiatedTilesAndSaneShapes) {

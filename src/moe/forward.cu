@@ -134,7 +134,7 @@ static Status build_layer(const MoeProblem& problem, const LayerOptions& options
   if (!options.tune_file.empty()) FP4MOE_RETURN_IF_ERROR(impl->tune.load(options.tune_file, info.name));
   FP4MOE_RETURN_IF_ERROR(make_weights(impl->shard, &impl->weights));
   impl->ws_layout = WorkspaceLayout::make(problem.max_tokens, problem.top_k(), impl->shard.num_local_experts,
-                                          problem.hidden_size, impl->shard.inter_local);
+                                          problem.hidden_size, impl->shard.inter_local, options.split_k);
   return Status::Ok();
 }
 

@@ -48,12 +48,14 @@ struct WorkspaceLayout {
   size_t x = 0;            // bf16 tiled [x_k/64][rows_cap][64]
   size_t h = 0;            // bf16 tiled [h_k/64][rows_cap][64]
   size_t y = 0;            // bf16 [rows_cap, H]: weighted expert outputs
-  size_t split_partial = 0;  // fp32 [kMaxSplitUnits][kSplitUnitFloats]: split-K partial sums
+  // Split-K (only with LayerOptions::split_k, else empty):
+  size_t split_partial = 0;  // fp32 [kMaxSplitUnits][kSplitUnitFloats]: partial sums
   size_t split_count = 0;    // int32 [2][kSplitCounters]: arrivals per (tile, consumer), GEMM1 then GEMM2
+  int split_counters = 0;    // 2 * kSplitCounters with split-K, else 0 (what the plan kernel zeroes)
   size_t total = 0;
 
   static WorkspaceLayout make(int64_t max_tokens, int top_k, int num_local_experts, int64_t hidden,
-                              int64_t local_inter) {
+                              int64_t local_inter, bool split_k = false) {
     WorkspaceLayout w;
     auto align = [](size_t v) { return (v + 255) / 256 * 256; };
     w.max_pairs = max_tokens * top_k;
@@ -79,8 +81,9 @@ struct WorkspaceLayout {
     w.x = take(2 * size_t(w.rows_cap) * size_t(w.x_k));
     w.h = take(2 * size_t(w.rows_cap) * size_t(w.h_k));
     w.y = take(2 * size_t(w.rows_cap) * size_t(hidden));
-    w.split_partial = take(4 * size_t(kMaxSplitUnits) * kSplitUnitFloats);
-    w.split_count = take(4 * 2 * size_t(kSplitCounters));
+    w.split_counters = split_k ? 2 * kSplitCounters : 0;
+    w.split_partial = take(split_k ? 4 * size_t(kMaxSplitUnits) * kSplitUnitFloats : 0);
+    w.split_count = take(4 * size_t(w.split_counters));
     w.total = off;
     return w;
   }

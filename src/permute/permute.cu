@@ -26,7 +26,7 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PermuteParams p) {
   pdl_wait();  // the routing output
   __syncthreads();
   // The GEMMs' split-K arrival counters start every forward at zero.
-  for (int i = threadIdx.x; i < 2 * kSplitCounters; i += blockDim.x) p.ws.split_count[i] = 0;
+  for (int i = threadIdx.x; i < p.layout.split_counters; i += blockDim.x) p.ws.split_count[i] = 0;
   const int64_t num_pairs = p.num_tokens * p.top_k;
   for (int64_t i = threadIdx.x; i < num_pairs; i += blockDim.x) {
     const int32_t e = p.ws.topk_ids[i];
