@@ -16,8 +16,8 @@ std::string Sm90Config::name() const {
 int select_split_k(const ConfigInput& in, const Sm90Config& c, int64_t m_units, int64_t k_units) {
   if (c.tile_tokens != 16 || in.num_tokens <= 0 || c.consumers <= 0) return 1;
   const int64_t pairs = in.num_tokens * in.top_k;
-  const int64_t token_tiles =
-      std::min<int64_t>(pairs, (pairs + c.tile_tokens - 1) / c.tile_tokens + std::min<int64_t>(pairs, in.num_local_experts));
+  const int64_t nonempty_experts = std::min<int64_t>(pairs, in.num_local_experts);
+  const int64_t token_tiles = std::min<int64_t>(pairs, (pairs + c.tile_tokens - 1) / c.tile_tokens + nonempty_experts);
   const int64_t tiles = token_tiles * ((m_units + c.consumers - 1) / c.consumers);
   if (tiles <= 0 || 2 * tiles > in.num_sms) return 1;
   int64_t s = std::min<int64_t>({in.num_sms / tiles, 8, k_units / 4, kMaxSplitUnits / tiles});

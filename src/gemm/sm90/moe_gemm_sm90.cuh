@@ -302,7 +302,8 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
       int32_t* const count = p.ws.split_count + (T::kGemm1 ? 0 : kSplitCounters) + x.tile * T::kConsumers + x.c;
       float* const mine = part + (x.tile * x.split + x.split_index) * kUnitSlot;
 #pragma unroll
-      for (int i = 0; i < kAcc; i += 4) *reinterpret_cast<float4*>(mine + i) = make_float4(acc[i], acc[i + 1], acc[i + 2], acc[i + 3]);
+      for (int i = 0; i < kAcc; i += 4)
+        *reinterpret_cast<float4*>(mine + i) = make_float4(acc[i], acc[i + 1], acc[i + 2], acc[i + 3]);
       __threadfence();  // each thread's partials out to L2
       const uint32_t bar = 1 + x.c;
       named_barrier_sync(bar, 128);
