@@ -419,14 +419,21 @@ TEST(MoeGpu, EveryCompiledSm90ConfigGivesTheSameBits) {
   }
 }
 
+// This GPU's SM count (select_split_k's input), 0 if it cannot be read.
+int sm_count() {
+  int device = 0, n = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 0;
+  if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) return 0;
+  return n;
+}
+
 // LayerOptions::split_k: the decode config cuts each tile's K over otherwise idle SMs. The cases are
 // chosen so that GEMM2 always splits and GEMM1 at T=1 (checked with select_split_k on this GPU's SM
 // count); the result must match the reference and be the same bits run to run.
 TEST(MoeGpu, SplitKMatchesTheReferenceAndIsDeterministic) {
   FP4MOE_REQUIRE_GPU();
-  int device = 0, num_sms = 0;
-  CUDA_ASSERT(cudaGetDevice(&device));
-  CUDA_ASSERT(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
+  const int num_sms = sm_count();
+  ASSERT_GT(num_sms, 0) << "cannot read the GPU's SM count";
   struct SplitCase {
     const char* preset;
     int factor;
@@ -482,9 +489,8 @@ TEST(MoeGpu, SplitKMatchesTheReferenceAndIsDeterministic) {
 // 4, 5, 5) on expert-parallel shards (local expert ids offset by expert_begin).
 TEST(MoeGpu, SplitKOnExpertParallelShardsWithUnequalRanges) {
   FP4MOE_REQUIRE_GPU();
-  int device = 0, num_sms = 0;
-  CUDA_ASSERT(cudaGetDevice(&device));
-  CUDA_ASSERT(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
+  const int num_sms = sm_count();
+  ASSERT_GT(num_sms, 0) << "cannot read the GPU's SM count";
   MoeProblem full;
   ASSERT_OK(get_preset("deepseek-r1", &full));
   MoeProblem p = scaled_preset(full, 8);

@@ -54,8 +54,7 @@ struct MoeLayer::Impl {
 
   ~Impl() { weights.release(); }
 
-  sm90::Sm90Config sm90_config(int64_t num_tokens) const {
-    if (forced) return *forced;
+  sm90::ConfigInput config_input(int64_t num_tokens) const {
     sm90::ConfigInput in;
     in.num_tokens = num_tokens;
     in.top_k = problem.top_k();
@@ -63,19 +62,19 @@ struct MoeLayer::Impl {
     in.hidden = problem.hidden_size;
     in.inter_local = shard.inter_local;
     in.num_sms = num_sms;
+    return in;
+  }
+  sm90::Sm90Config sm90_config(int64_t num_tokens) const {
+    if (forced) return *forced;
+    const sm90::ConfigInput in = config_input(num_tokens);
     if (auto tuned = tune.lookup(in)) return *tuned;
     return sm90::select_config(in);
   }
   // Split-K ranges of GEMM1 (gemm1) or GEMM2 for a forward of num_tokens with config c (1: none).
   int split_k(int64_t num_tokens, const sm90::Sm90Config& c, bool gemm1) const {
     if (!options.split_k || path != KernelPath::kSm90) return 1;
-    sm90::ConfigInput in;
-    in.num_tokens = num_tokens;
-    in.top_k = problem.top_k();
-    in.num_local_experts = shard.num_local_experts;
-    in.num_sms = num_sms;
     const layout::GemmWeightShape& g = gemm1 ? weights.g1 : weights.g2;
-    return sm90::select_split_k(in, c, g.m_units(), g.k_units());
+    return sm90::select_split_k(config_input(num_tokens), c, g.m_units(), g.k_units());
   }
   int tile_tokens(int64_t num_tokens) const {
     return path == KernelPath::kSm90 ? sm90_config(num_tokens).tile_tokens : kSimtTileTokens;
