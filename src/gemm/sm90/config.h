@@ -38,7 +38,7 @@ struct ConfigInput {
 // BN16/32 (4 consumers) and BN128 with 2 consumers double-buffer their A fragments (name suffix "_db");
 // BN16/32/64 put two K chunks in a pipeline stage (suffix "_c2", not to be confused with "_C2", 2
 // consumers).
-// BN 256 (2 consumers) is compiled as a tuning candidate only.
+// BN 256 (2 consumers) and BN 96 (4 consumers) are compiled as tuning candidates only.
 // (thresholds measured with fp4moe-bench --tune on an H200: see config.cpp)
 // Only BN 128 with 2 consumers buckets its tiles' wgmma N: each bucket is another inlined K loop, and
 // elsewhere ptxas ran out of registers and serialized every wgmma (C7512; scripts/ptxas-check.sh).
@@ -51,6 +51,6 @@ Sm90Config select_config(const ConfigInput& in);
 int select_split_k(const ConfigInput& in, const Sm90Config& c, int64_t m_units, int64_t k_units);
 
 // The tile sizes instantiated (a dispatch default fails loudly for anything else).
-constexpr int kSupportedTileTokens[] = {16, 32, 64, 128, 256};
+constexpr int kSupportedTileTokens[] = {16, 32, 64, 96, 128, 256};
 
 }  // namespace fp4moe::sm90

@@ -66,6 +66,10 @@ struct RsMma<32> {
   using Op = gmma::MMA_64x32x16_F32BF16BF16_RS<gmma::Major::K, gmma::Major::K>;
 };
 template <>
+struct RsMma<96> {
+  using Op = gmma::MMA_64x96x16_F32BF16BF16_RS<gmma::Major::K, gmma::Major::K>;
+};
+template <>
 struct RsMma<128> {
   using Op = gmma::MMA_64x128x16_F32BF16BF16_RS<gmma::Major::K, gmma::Major::K>;
 };
@@ -112,7 +116,9 @@ struct Sm90Traits {
   static constexpr int kOffRowWeight = kOffStaging + kConsumers * kStagingBytes;  // [kConsumers][kBN] fp32
   static constexpr int kOffTileStart = kOffRowWeight + kConsumers * kBN * 4;  // int32 [kMaxLocalExperts + 1]
   static constexpr int kOffBars = kOffTileStart + ((kMaxLocalExperts + 1) * 4 + 15) / 16 * 16;
-  static constexpr int kSmemBytes = kOffBars + 2 * kStages * 8 + 1024;      // + alignment slack
+  // full[kStages], empty[kStages], then one sink barrier that takes the releases of "no previous
+  // stage" (a tile's first stage), so that the K loop releases unconditionally; nobody waits on it.
+  static constexpr int kSmemBytes = kOffBars + (2 * kStages + 1) * 8 + 1024;  // + alignment slack
 
   // A tile of at most kSmallN tokens runs with wgmma N = kSmallN instead of kBN (0: no second size).
   // A config changes speed, never results: the per-element k16 sequence is the same for every N.
@@ -192,7 +198,6 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
                                              int mu, bool active, PipeState& ps) {
   constexpr int kAcc = kN / 2;
   float acc[kAcc];  // started by the tile's first MMA (scale_d = Zero), never zeroed by hand
-  bool first_mma = true;
   // A fragments. Double-buffered (Sm90Traits::kDoubleBuffer): chunk ku decodes into a[ku % 2] while
   // chunk ku - 1's MMAs, which read a[(ku - 1) % 2] asynchronously, still run, so a warpgroup
   // overlaps its own decode and MMAs. Single-buffered: before a chunk overwrites the fragments, the
@@ -203,7 +208,7 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
   // they stay in registers.
   constexpr int kBufs = T::kDoubleBuffer && kN != 64 ? 2 : 1;
   uint32_t a[kBufs][4][4];
-  int prev_stage = -1;
+  int prev_stage = T::kStages;  // the sink barrier: no previous stage yet
   auto fence_fragments = [&](uint32_t(&frag)[4][4]) {
 #pragma unroll
     for (int j = 0; j < 4; ++j)
@@ -220,13 +225,21 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
   const int my_lane = int(opaque_u32(uint32_t(x.lane)));
   // chunk(buffer, c): the K chunk in slot c of the current stage; the stage's barrier is waited on at
   // c = 0, and it is left after its last chunk.
-  auto chunk = [&](auto buf_tag, auto slot_tag) {
+  // first: this is the tile's first chunk, whose first MMA starts the sum (scale_d = Zero). Only the
+  // first chunk of a pair can be, so the second one's MMAs never test it (a runtime flag kept across
+  // chunks cost three instructions a chunk; peeling the first pair out of the loop instead ran ptxas
+  // out of registers, C7512).
+  // live: the warpgroup has a weight unit in this tile; without one it only waits and releases the
+  // stages. A compile-time copy of the loop for each (no branch on it per chunk), except for BN16,
+  // where the second copy made ptxas spill: there it stays a runtime test.
+  auto chunk = [&](auto buf_tag, auto slot_tag, auto live, bool first) {
     constexpr int buf = decltype(buf_tag)::value;
     constexpr int c = decltype(slot_tag)::value;
     if constexpr (c == 0) mbar_wait(&x.full[ps.stage], ps.phase);
-    const int slot = ps.stage * T::kChunks + c;
-    if (active) {
-      const uint32_t w_off = uint32_t(slot * T::kWeightStageBytes);
+    if (live) {
+      // The stage's offset times a constant plus the chunk's constant: the chunk-1 loads and
+      // descriptors then reuse chunk 0's registers with immediate offsets.
+      const uint32_t w_off = uint32_t(ps.stage) * (T::kChunks * T::kWeightStageBytes) + c * T::kWeightStageBytes;
       const uint4 codes = lds_u32x4(my_codes + w_off);
       const uint2 sc = lds_u32x2(my_scales + w_off);  // scale codes of k16 steps 0-1 and 2-3
       const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
@@ -244,13 +257,13 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
       // The descriptor's start-address field (bits 0-13: address >> 4) of slot s, k16 step j is the
       // slot-0 field plus (s * kBTileBytes + 32 j) >> 4; shared memory is below 2^18 bytes, so the
       // field never carries into the next one.
-      const uint64_t desc = desc_stage0 + uint64_t((slot * T::kBTileBytes) >> 4);
+      const uint64_t desc = desc_stage0 + uint64_t(uint32_t(ps.stage) * (T::kChunks * T::kBTileBytes / 16)) +
+                            uint64_t(c * T::kBTileBytes / 16);
 #pragma unroll
       for (int j = 0; j < 4; ++j)
         mma_rs<typename RsMma<kN>::Op>(a[buf][j], desc + uint64_t(2 * j), acc,
-                                       (j == 0 && first_mma) ? gmma::ScaleOut::Zero : gmma::ScaleOut::One,
+                                       (j == 0 && first) ? gmma::ScaleOut::Zero : gmma::ScaleOut::One,
                                        std::make_index_sequence<kAcc>{});
-      first_mma = false;
       cute::warpgroup_commit_batch();
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
@@ -260,8 +273,8 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
       }
     }
     if constexpr (c == 0) {
-      // The previous stage: the MMAs of its last chunk completed at the wait above (or there were none).
-      if (prev_stage >= 0) release_stage(&x.empty[prev_stage], my_lane);
+      // The previous stage (or the sink): the MMAs of its last chunk completed at the wait above.
+      release_stage(&x.empty[prev_stage], my_lane);
       prev_stage = ps.stage;
     }
     if constexpr (c == T::kChunks - 1) ps.advance(T::kStages);
@@ -270,19 +283,24 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
   using Odd = std::integral_constant<int, kBufs - 1>;         // fragment buffer of odd chunks
   using Slot1 = std::integral_constant<int, T::kChunks - 1>;  // slot of odd chunks
   const int k_units = int(x.k_units);  // this unit's chunks
-  int ku = 0;
-  if constexpr (kBufs == 2 || T::kChunks == 2) {
-    for (; ku + 1 < k_units; ku += 2) {
-      chunk(C0{}, C0{});
-      chunk(Odd{}, Slot1{});
+  auto k_loop = [&](auto live) {
+    int ku = 0;
+    if constexpr (kBufs == 2 || T::kChunks == 2) {
+      for (; ku + 1 < k_units; ku += 2) {
+        chunk(C0{}, C0{}, live, ku == 0);
+        chunk(Odd{}, Slot1{}, live, false);
+      }
+      if (ku < k_units) {
+        chunk(C0{}, C0{}, live, ku == 0);
+        if constexpr (T::kChunks == 2) ps.advance(T::kStages);  // a stage with one chunk (odd k_units)
+      }
+    } else {
+      for (; ku < k_units; ++ku) chunk(C0{}, C0{}, live, ku == 0);
     }
-    if (ku < k_units) {
-      chunk(C0{}, C0{});
-      if constexpr (T::kChunks == 2) ps.advance(T::kStages);  // a stage with one chunk (odd k_units)
-    }
-  } else {
-    for (; ku < k_units; ++ku) chunk(C0{}, C0{});
-  }
+  };
+  if constexpr (T::kBN == 16) k_loop(active);
+  else if (active) k_loop(std::true_type{});
+  else k_loop(std::false_type{});
   // Unconditional (also for inactive warpgroups, which issued nothing): a wait under a branch made
   // ptxas insert its own waits (C7517). The fences keep the epilogue's accumulator reads after it.
   cute::warpgroup_wait<0>();
@@ -290,7 +308,7 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
   for (int b = 0; b < kBufs; ++b) fence_fragments(a[b]);
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
-  if (prev_stage >= 0) release_stage(&x.empty[prev_stage], x.lane);
+  release_stage(&x.empty[prev_stage], x.lane);
   if (!active) return;
 
   // ---- Split-K: partial sums out, the tile's last unit sums them in range order --------------------
@@ -449,6 +467,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
       mbar_init(&full[s], 1);
       mbar_init(&empty[s], T::kConsumers * 4);  // one arrival per consumer warp
     }
+    mbar_init(&empty[T::kStages], 1);  // the sink (Sm90Traits::kSmemBytes)
     fence_barrier_init();
   }
   pdl_launch_dependents();

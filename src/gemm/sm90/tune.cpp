@@ -25,6 +25,10 @@ const std::vector<Sm90Config>& compiled_configs() {
       {128, 4, 5, 1, "prefill: > 96 rows per expert"},
       // Tuning candidate only (slower than BN128_C4 wherever both were measured).
       {256, 2, 4, 1, "prefill, BN256 (tuning candidate)", true},
+      // Tuning candidate: a 96-token tile of the 4-consumer kind for about 64 rows per expert, where
+      // BN128 runs most experts' single tile at N = 128 for 65-90 rows (single-buffered: double
+      // buffering serialized in ptxas).
+      {96, 4, 6, 1, "large, BN96 (tuning candidate)"},
   };
   return kConfigs;
 }
