@@ -5,6 +5,7 @@
 #include <iterator>
 
 #include "src/gemm/sm90/config.h"
+#include "src/gemm/sm90/tune.h"
 #include "src/moe/workspace.h"
 
 namespace fp4moe::sm90 {
@@ -27,10 +28,14 @@ TEST(SelectConfig, RegimesFollowRowsPerExpert) {
   EXPECT_EQ(select_config(deepseek(257)).tile_tokens, 32);
   EXPECT_EQ(select_config(deepseek(512)).tile_tokens, 32);
   EXPECT_EQ(select_config(deepseek(1024)).tile_tokens, 64);   // 32 rows per expert
-  EXPECT_EQ(select_config(deepseek(2048)).tile_tokens, 128);  // 64
-  EXPECT_EQ(select_config(deepseek(2048)).consumers, 2);
-  EXPECT_EQ(select_config(deepseek(3072)).consumers, 2);      // 96
-  EXPECT_EQ(select_config(deepseek(3073)).consumers, 4);
+  EXPECT_EQ(select_config(deepseek(1025)).tile_tokens, 64);
+  EXPECT_EQ(select_config(deepseek(1280)).tile_tokens, 64);   // 40
+  EXPECT_EQ(select_config(deepseek(1281)).tile_tokens, 96);
+  EXPECT_EQ(select_config(deepseek(2048)).tile_tokens, 96);   // 64
+  EXPECT_EQ(select_config(deepseek(2048)).consumers, 4);
+  EXPECT_EQ(select_config(deepseek(2560)).tile_tokens, 96);   // 80
+  EXPECT_EQ(select_config(deepseek(2561)).tile_tokens, 128);
+  EXPECT_EQ(select_config(deepseek(2561)).consumers, 4);
   EXPECT_EQ(select_config(deepseek(4096)).tile_tokens, 128);  // 128
   EXPECT_EQ(select_config(deepseek(8192)).tile_tokens, 128);  // 256
   EXPECT_EQ(select_config(deepseek(16384)).tile_tokens, 128);
@@ -86,6 +91,35 @@ TEST(SelectConfig, SplitKOnlyForFewDecodeTiles) {
   }
 }
 
+TEST(SelectConfig, NarrowsTheDecodeConfigOnlyForFewTiles) {
+  const Sm90Config bn16 = select_config(deepseek(1));
+  ASSERT_EQ(bn16.name(), "BN16_C4_S6_x1_db_c2");
+  const std::string narrow = compiled_configs()[kNarrowDecodeConfig].name();
+  EXPECT_EQ(narrow, "BN16_C2_S8_x1_db_c2");
+  // DeepSeek-R1 T=1: 8 experts x 16 (GEMM1) or 28 (GEMM2) m-blocks, more than half of 132 SMs.
+  EXPECT_EQ(narrow_for_few_tiles(deepseek(1), bn16, 64).name(), bn16.name());
+  EXPECT_EQ(narrow_for_few_tiles(deepseek(1), bn16, 112).name(), bn16.name());
+  ConfigInput scout;  // Llama-4-Scout: E=16, top-1, H=5120, I=8192: GEMM1 256 units, GEMM2 80
+  scout.num_tokens = 1;
+  scout.top_k = 1;
+  scout.num_local_experts = 16;
+  scout.num_sms = 132;
+  EXPECT_EQ(narrow_for_few_tiles(scout, bn16, 256).name(), narrow);  // 64 tiles <= 66
+  EXPECT_EQ(narrow_for_few_tiles(scout, bn16, 80).name(), narrow);   // 20 tiles
+  EXPECT_EQ(max_gemm_tiles(scout, bn16, 256), 64);
+  scout.num_tokens = 2;  // 2 token tiles: 128 tiles for GEMM1, 40 for GEMM2
+  EXPECT_EQ(narrow_for_few_tiles(scout, bn16, 256).name(), bn16.name());
+  EXPECT_EQ(narrow_for_few_tiles(scout, bn16, 80).name(), narrow);
+  scout.num_tokens = 0;
+  EXPECT_EQ(narrow_for_few_tiles(scout, bn16, 80).name(), bn16.name());
+  // Only the default decode config is narrowed.
+  scout.num_tokens = 1;
+  const Sm90Config bn32 = compiled_configs()[1];
+  EXPECT_EQ(narrow_for_few_tiles(scout, bn32, 80).name(), bn32.name());
+  // The narrow config keeps the tile tokens (both GEMMs of a forward share the token tiles).
+  EXPECT_EQ(compiled_configs()[kNarrowDecodeConfig].tile_tokens, bn16.tile_tokens);
+}
+
 TEST(SelectConfig, SplitKWorkspaceOnlyWhenAskedFor) {
   const WorkspaceLayout off = WorkspaceLayout::make(64, 8, 256, 7168, 2048);
   const WorkspaceLayout on = WorkspaceLayout::make(64, 8, 256, 7168, 2048, true);
@@ -121,7 +155,6 @@ TEST(SelectConfig, OnlyInstantiatedTilesAndSaneShapes) {
 #include <string>
 #include <vector>
 
-#include "src/gemm/sm90/tune.h"
 
 namespace fp4moe::sm90 {
 namespace {
@@ -143,7 +176,7 @@ TEST(TuneTable, CompiledConfigNames) {
   for (const auto& c : compiled_configs()) names.push_back(c.name());
   const std::vector<std::string> want = {"BN16_C4_S6_x1_db_c2", "BN32_C4_S5_x1_db_c2", "BN64_C4_S4_x1_c2",
                                          "BN128_C2_S6_x1_db",   "BN128_C4_S5_x1",      "BN256_C2_S4_x1_db",
-                                         "BN96_C4_S6_x1"};
+                                         "BN96_C4_S6_x1",       "BN48_C4_S5_x1_db_c2", "BN16_C2_S8_x1_db_c2"};
   EXPECT_EQ(names, want);
 }
 

@@ -70,6 +70,18 @@ struct MoeLayer::Impl {
     if (auto tuned = tune.lookup(in)) return *tuned;
     return sm90::select_config(in);
   }
+  // The configs of GEMM1 and GEMM2 (the same tile tokens): the layer's config, which the default
+  // heuristic narrows per GEMM where it has few tiles (sm90::narrow_for_few_tiles; not with split-K,
+  // which serves that case its own way).
+  std::pair<sm90::Sm90Config, sm90::Sm90Config> sm90_gemm_configs(int64_t num_tokens) const {
+    if (forced) return {*forced, *forced};
+    const sm90::ConfigInput in = config_input(num_tokens);
+    if (auto tuned = tune.lookup(in)) return {*tuned, *tuned};
+    const sm90::Sm90Config c = sm90::select_config(in);
+    if (options.split_k) return {c, c};
+    return {sm90::narrow_for_few_tiles(in, c, weights.g1.m_units()),
+            sm90::narrow_for_few_tiles(in, c, weights.g2.m_units())};
+  }
   // Split-K ranges of GEMM1 (gemm1) or GEMM2 for a forward of num_tokens with config c (1: none).
   int split_k(int64_t num_tokens, const sm90::Sm90Config& c, bool gemm1) const {
     if (!options.split_k || path != KernelPath::kSm90) return 1;
@@ -182,14 +194,15 @@ KernelInfo MoeLayer::kernel_info(int64_t num_tokens) const {
   KernelInfo k;
   k.path = impl_->path;
   if (impl_->path == KernelPath::kSm90) {
-    const sm90::Sm90Config c = impl_->sm90_config(num_tokens);
-    auto split = [&](bool gemm1) {
+    const auto [c1, c2] = impl_->sm90_gemm_configs(num_tokens);
+    auto split = [&](const sm90::Sm90Config& c, bool gemm1) {
       const int s = impl_->split_k(num_tokens, c, gemm1);
       return s > 1 ? ", split-K " + std::to_string(s) : std::string();
     };
-    k.gemm1 = "sm90_moe_gemm1_wgmma_rs(" + c.name() + split(true) + ")";
-    k.gemm2 = "sm90_moe_gemm2_wgmma_rs(" + c.name() + split(false) + ")";
-    k.regime = c.regime;
+    k.gemm1 = "sm90_moe_gemm1_wgmma_rs(" + c1.name() + split(c1, true) + ")";
+    k.gemm2 = "sm90_moe_gemm2_wgmma_rs(" + c2.name() + split(c2, false) + ")";
+    k.regime = c1.regime;
+    if (c2.name() != c1.name()) k.regime += std::string("; GEMM2 ") + c2.regime;
     return k;
   }
   const int bn = impl_->tile_tokens(num_tokens);
@@ -355,11 +368,11 @@ Status MoeLayer::forward(const ForwardArgs& a, void* workspace, size_t workspace
   g.tile_tokens = pp.tile_tokens;
   g.max_tiles = (T * K + g.tile_tokens - 1) / g.tile_tokens + m.shard.num_local_experts;
   if (m.path == KernelPath::kSm90) {
-    const sm90::Sm90Config cfg = m.sm90_config(T);
-    g.split_k1 = m.split_k(T, cfg, true);
-    g.split_k2 = m.split_k(T, cfg, false);
-    FP4MOE_RETURN_IF_ERROR(sm90::launch_gemm1(g, cfg, m.num_sms, stream));
-    FP4MOE_RETURN_IF_ERROR(sm90::launch_gemm2(g, cfg, m.num_sms, stream));
+    const auto [cfg1, cfg2] = m.sm90_gemm_configs(T);
+    g.split_k1 = m.split_k(T, cfg1, true);
+    g.split_k2 = m.split_k(T, cfg2, false);
+    FP4MOE_RETURN_IF_ERROR(sm90::launch_gemm1(g, cfg1, m.num_sms, stream));
+    FP4MOE_RETURN_IF_ERROR(sm90::launch_gemm2(g, cfg2, m.num_sms, stream));
   } else {
     FP4MOE_RETURN_IF_ERROR(launch_gemm1_simt(g, stream));
     FP4MOE_RETURN_IF_ERROR(launch_gemm2_simt(g, stream));

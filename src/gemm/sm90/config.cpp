@@ -13,12 +13,25 @@ std::string Sm90Config::name() const {
          (chunks_per_stage != 1 ? "_c" + std::to_string(chunks_per_stage) : "");
 }
 
-int select_split_k(const ConfigInput& in, const Sm90Config& c, int64_t m_units, int64_t k_units) {
-  if (c.tile_tokens != 16 || in.num_tokens <= 0 || c.consumers <= 0) return 1;
+int64_t max_gemm_tiles(const ConfigInput& in, const Sm90Config& c, int64_t m_units) {
+  if (in.num_tokens <= 0 || c.consumers <= 0 || c.tile_tokens <= 0) return 0;
   const int64_t pairs = in.num_tokens * in.top_k;
   const int64_t nonempty_experts = std::min<int64_t>(pairs, in.num_local_experts);
   const int64_t token_tiles = std::min<int64_t>(pairs, (pairs + c.tile_tokens - 1) / c.tile_tokens + nonempty_experts);
-  const int64_t tiles = token_tiles * ((m_units + c.consumers - 1) / c.consumers);
+  return token_tiles * ((m_units + c.consumers - 1) / c.consumers);
+}
+
+Sm90Config narrow_for_few_tiles(const ConfigInput& in, const Sm90Config& c, int64_t m_units) {
+  const Sm90Config& narrow = compiled_configs()[kNarrowDecodeConfig];
+  if (c.name() != compiled_configs()[0].name()) return c;
+  const int64_t tiles = max_gemm_tiles(in, c, m_units);
+  if (tiles <= 0 || 2 * tiles > in.num_sms) return c;
+  return narrow;
+}
+
+int select_split_k(const ConfigInput& in, const Sm90Config& c, int64_t m_units, int64_t k_units) {
+  if (c.tile_tokens != 16) return 1;
+  const int64_t tiles = max_gemm_tiles(in, c, m_units);
   if (tiles <= 0 || 2 * tiles > in.num_sms) return 1;
   int64_t s = std::min<int64_t>({in.num_sms / tiles, 8, k_units / 4, kMaxSplitUnits / tiles});
   return s > 1 ? int(s) : 1;
@@ -49,14 +62,24 @@ Sm90Config select_config(const ConfigInput& in) {
   //                T=16384 (1024): BN128_C4 2.829 BN256db 3.040 BN128db 3.228
   //   gpt-oss-120b T=2048 (64):  BN64c2 1.238    BN128db 1.318  BN128_C4 1.363
   //                T=8192 (256): BN128_C4 3.554  BN128db 3.830  BN256db 4.115
-  // so the 4-consumer BN128 takes every tile size above 96 rows per expert (between 64 and 128:
-  // interpolated), and BN256 is a tuning candidate only.
+  // so the 4-consumer BN128 took every tile size above 96 rows per expert, and BN256 became a tuning
+  // candidate only.
+  // Session 5 (bench/results/2026-11-30_h200_tune_bn96.txt, graph-replay ms; BN96 = BN96_C4_S6_x1):
+  //   DeepSeek-R1  T=1024 (32):  BN64c2 3.141   BN32db 3.437   BN128db 3.558  BN96 3.904
+  //                T=2048 (64):  BN96 4.004     BN128db 4.494  BN64c2 4.519   BN128_C4 4.696
+  //                T=4096 (128): BN128_C4 7.066 BN128db 7.176  BN64c2 7.616   BN96 7.875
+  //   gpt-oss-120b T=2048 (64):  BN96 1.077     BN64c2 1.200   BN128db 1.300  BN128_C4 1.325
+  //   Qwen3-30B    T=1024 (64):  BN96 0.260     BN128_C4 0.296 BN64c2 0.303   BN128db 0.321
+  //   Qwen3-235B   T=1024 (64):  BN96 0.806     BN64c2 0.912   BN128db 0.964  BN128_C4 0.978
+  // so BN96 takes 41-80 rows per expert (the 80 between the measured 64 and 128 is interpolated: at
+  // 80 on average some experts overflow 96 rows and read their weights twice), and BN128 with 2
+  // consumers is a tuning candidate only.
   const auto& c = compiled_configs();
-  if (per_expert <= 8) return c[0];
-  if (per_expert <= 24) return c[1];
-  if (per_expert <= 40) return c[2];
-  if (per_expert <= 96) return c[3];
-  return c[4];
+  if (per_expert <= 8) return c[0];   // BN16
+  if (per_expert <= 24) return c[1];  // BN32
+  if (per_expert <= 40) return c[2];  // BN64
+  if (per_expert <= 80) return c[6];  // BN96
+  return c[4];                        // BN128 x 4 consumers
 }
 
 }  // namespace fp4moe::sm90

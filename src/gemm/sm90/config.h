@@ -33,16 +33,29 @@ struct ConfigInput {
 //   decode  <= 8 rows per expert -> BN 16, 4 consumer warpgroups, 6 stages of 2 K chunks (bandwidth-bound)
 //   small   <= 24                -> BN 32, 4 consumers, 5 stages of 2 chunks
 //   medium  <= 40                -> BN 64, 4 consumers, 4 stages of 2 chunks
-//   large   <= 96                -> BN 128, 2 consumers, 6 stages, per-tile wgmma N of 128 or 64
-//   prefill >  96                -> BN 128, 4 consumers (a 256-row weight tile), 5 stages
-// BN16/32 (4 consumers) and BN128 with 2 consumers double-buffer their A fragments (name suffix "_db");
-// BN16/32/64 put two K chunks in a pipeline stage (suffix "_c2", not to be confused with "_C2", 2
-// consumers).
-// BN 256 (2 consumers) and BN 96 (4 consumers) are compiled as tuning candidates only.
+//   large   <= 80                -> BN 96, 4 consumers, 6 stages
+//   prefill >  80                -> BN 128, 4 consumers (a 256-row weight tile), 5 stages
+// BN16/32/48 (4 consumers) and BN128 with 2 consumers double-buffer their A fragments (name suffix
+// "_db"); BN16/32/48/64 put two K chunks in a pipeline stage (suffix "_c2", not to be confused with
+// "_C2", 2 consumers).
+// BN 128 with 2 consumers, BN 256 (2 consumers) and BN 48 (4 consumers) are compiled as tuning
+// candidates only.
 // (thresholds measured with fp4moe-bench --tune on an H200: see config.cpp)
 // Only BN 128 with 2 consumers buckets its tiles' wgmma N: each bucket is another inlined K loop, and
 // elsewhere ptxas ran out of registers and serialized every wgmma (C7512; scripts/ptxas-check.sh).
 Sm90Config select_config(const ConfigInput& in);
+
+// An upper bound on the tiles of one GEMM (m_units weight units of 64 rows) with config c, from the
+// token count: at most min(T*K, T*K/BN + min(T*K, experts)) token tiles times the m-blocks.
+int64_t max_gemm_tiles(const ConfigInput& in, const Sm90Config& c, int64_t m_units);
+
+// Decode with few tiles (the default path; not with split-K, not for a tuned or forced config): where
+// the default decode config (BN16, 4 consumers) would give at most half the SMs a tile of this GEMM,
+// its 2-consumer build (compiled_configs()[kNarrowDecodeConfig]: half the weight rows per tile)
+// spreads the GEMM over twice as many SMs. The same tile tokens, so both GEMMs of a forward may differ
+// in it; the same bits (a config changes speed, never results).
+Sm90Config narrow_for_few_tiles(const ConfigInput& in, const Sm90Config& c, int64_t m_units);
+constexpr int kNarrowDecodeConfig = 8;
 
 // Split-K ranges for one GEMM of a forward with LayerOptions::split_k (1: none): only the BN16
 // config, only when at most half the SMs would have a tile. Tiles are bounded from the token count
@@ -51,6 +64,6 @@ Sm90Config select_config(const ConfigInput& in);
 int select_split_k(const ConfigInput& in, const Sm90Config& c, int64_t m_units, int64_t k_units);
 
 // The tile sizes instantiated (a dispatch default fails loudly for anything else).
-constexpr int kSupportedTileTokens[] = {16, 32, 64, 96, 128, 256};
+constexpr int kSupportedTileTokens[] = {16, 32, 48, 64, 96, 128, 256};
 
 }  // namespace fp4moe::sm90

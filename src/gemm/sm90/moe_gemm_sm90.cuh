@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cute/arch/mma_sm90_gmma.hpp>
+#include <cute/arch/mma_sm90_gmma_ext.hpp>  // N = 48
 
 #include <cstdint>
 #include <utility>
@@ -56,6 +57,10 @@ struct RsMma<8> {
 template <>
 struct RsMma<16> {
   using Op = gmma::MMA_64x16x16_F32BF16BF16_RS<gmma::Major::K, gmma::Major::K>;
+};
+template <>
+struct RsMma<48> {
+  using Op = gmma::MMA_64x48x16_F32BF16BF16_RS<gmma::Major::K, gmma::Major::K>;
 };
 template <>
 struct RsMma<64> {

@@ -17,18 +17,23 @@ const std::vector<Sm90Config>& compiled_configs() {
       {16, 4, 6, 1, "decode: <= 8 rows per expert", true, 2},
       {32, 4, 5, 1, "small: <= 24 rows per expert", true, 2},
       {64, 4, 4, 1, "medium: <= 40 rows per expert", false, 2},
-      {128, 2, 6, 1, "large: <= 96 rows per expert", true},
+      {128, 2, 6, 1, "BN128 x 2 consumers (tuning candidate)", true},
       // 4 consumers: a 256-row weight tile, half the activation bytes per MMA of BN128_C2 (single-
       // buffered fragments, 112 registers a consumer; no N = 64 size for small tiles, which made
       // ptxas spill and serialize). Faster than BN128_C2 and BN256 at every Qwen3-30B (128-1024 rows
       // per expert) and gpt-oss-120b (256) point (bench/results/2026-11-29_h200_tune_prefill.txt).
-      {128, 4, 5, 1, "prefill: > 96 rows per expert"},
+      {128, 4, 5, 1, "prefill: > 80 rows per expert"},
       // Tuning candidate only (slower than BN128_C4 wherever both were measured).
       {256, 2, 4, 1, "prefill, BN256 (tuning candidate)", true},
-      // Tuning candidate: a 96-token tile of the 4-consumer kind for about 64 rows per expert, where
-      // BN128 runs most experts' single tile at N = 128 for 65-90 rows (single-buffered: double
-      // buffering serialized in ptxas).
-      {96, 4, 6, 1, "large, BN96 (tuning candidate)"},
+      // A 96-token tile of the 4-consumer kind for about 64 rows per expert, where BN128 ran most
+      // experts' single tile at N = 128 for 65-90 rows: 10-12% faster than the best other config at
+      // 64 rows per expert for DeepSeek-R1, gpt-oss-120b, Qwen3-30B and Qwen3-235B, 4-11% slower at 128
+      // (bench/results/2026-11-30_h200_tune_bn96.txt). Single-buffered: double buffering serialized.
+      {96, 4, 6, 1, "large: <= 80 rows per expert"},
+      // Tuning candidate: a 48-token tile for 24-40 rows per expert (double-buffered, two chunks a stage).
+      {48, 4, 5, 1, "BN48 (tuning candidate)", true, 2},
+      // Decode over few tiles (narrow_for_few_tiles, per GEMM): 2 consumers, 8 stages of 2 chunks.
+      {16, 2, 8, 1, "decode, few tiles: 2 consumers", true, 2},
   };
   return kConfigs;
 }
