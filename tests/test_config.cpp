@@ -27,9 +27,10 @@ TEST(SelectConfig, RegimesFollowRowsPerExpert) {
   EXPECT_EQ(select_config(deepseek(256)).tile_tokens, 16);    // 8 rows per expert
   EXPECT_EQ(select_config(deepseek(257)).tile_tokens, 32);
   EXPECT_EQ(select_config(deepseek(512)).tile_tokens, 32);
-  EXPECT_EQ(select_config(deepseek(1024)).tile_tokens, 64);   // 32 rows per expert
-  EXPECT_EQ(select_config(deepseek(1025)).tile_tokens, 64);
-  EXPECT_EQ(select_config(deepseek(1280)).tile_tokens, 64);   // 40
+  EXPECT_EQ(select_config(deepseek(768)).tile_tokens, 32);    // 24 rows per expert
+  EXPECT_EQ(select_config(deepseek(769)).tile_tokens, 48);
+  EXPECT_EQ(select_config(deepseek(1024)).tile_tokens, 48);   // 32
+  EXPECT_EQ(select_config(deepseek(1280)).tile_tokens, 48);   // 40
   EXPECT_EQ(select_config(deepseek(1281)).tile_tokens, 96);
   EXPECT_EQ(select_config(deepseek(2048)).tile_tokens, 96);   // 64
   EXPECT_EQ(select_config(deepseek(2048)).consumers, 4);
@@ -46,7 +47,7 @@ TEST(SelectConfig, RegimesFollowRowsPerExpert) {
   // Expert parallelism: fewer local experts, more rows each.
   ConfigInput ep = deepseek(128);
   ep.num_local_experts = 32;  // 32 rows per expert
-  EXPECT_EQ(select_config(ep).tile_tokens, 64);
+  EXPECT_EQ(select_config(ep).tile_tokens, 48);
 }
 
 TEST(SelectConfig, SplitKOnlyForFewDecodeTiles) {

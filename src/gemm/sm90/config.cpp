@@ -74,10 +74,17 @@ Sm90Config select_config(const ConfigInput& in) {
   // so BN96 takes 41-80 rows per expert (the 80 between the measured 64 and 128 is interpolated: at
   // 80 on average some experts overflow 96 rows and read their weights twice), and BN128 with 2
   // consumers is a tuning candidate only.
+  //   DeepSeek-R1  T=768 (24):   BN32db 2.464   BN48db 2.749   BN64c2 3.095
+  //                T=1024 (32):  BN48db 2.783   BN64c2 3.171   BN32db 3.341
+  //                T=1280 (40):  BN48db 2.989   BN64c2 3.208   BN128db 3.621  BN96 3.955
+  //   Qwen3-30B    T=512 (32):   BN48db 0.186   BN64c2 0.202   BN32db 0.230
+  //   gpt-oss-120b T=1024 (32):  BN48db 0.734   BN64c2 0.835   BN32db 0.916
+  // (bench/results/2026-11-30_h200_tune_bn48.txt, BN48db = BN48_C4_S5_x1_db_c2), so BN48 takes
+  // 25-40 rows per expert and BN64 is a tuning candidate only.
   const auto& c = compiled_configs();
   if (per_expert <= 8) return c[0];   // BN16
   if (per_expert <= 24) return c[1];  // BN32
-  if (per_expert <= 40) return c[2];  // BN64
+  if (per_expert <= 40) return c[7];  // BN48
   if (per_expert <= 80) return c[6];  // BN96
   return c[4];                        // BN128 x 4 consumers
 }
