@@ -41,7 +41,6 @@ struct WorkspaceLayout {
   size_t topk_ids = 0, topk_weights = 0;
   size_t counts = 0;       // int32 [E_local]: routed pairs per local expert; [E_local] = bad-id count
   size_t seg_start = 0;    // int32 [E_local + 1]: first row of each expert's segment (multiple of 8)
-  size_t cursor = 0;       // int32 [E_local]
   size_t tile_start = 0;   // int32 [E_local + 1]: first token tile of each expert (for the run's tile size)
   size_t pair_row = 0;     // int32 [max_pairs]: row of a (token, slot) pair, -1 if not local
   size_t row_pair = 0;     // int32 [rows_cap]: pair of a row (valid rows only)
@@ -74,7 +73,6 @@ struct WorkspaceLayout {
     w.topk_weights = take(4 * size_t(w.max_pairs));
     w.counts = take(4 * e1);
     w.seg_start = take(4 * e1);
-    w.cursor = take(4 * e1);
     w.tile_start = take(4 * e1);
     w.pair_row = take(4 * size_t(w.max_pairs));
     w.row_pair = take(4 * size_t(w.rows_cap));
@@ -95,7 +93,6 @@ struct WorkspacePtrs {
   float* topk_weights;
   int32_t* counts;
   int32_t* seg_start;
-  int32_t* cursor;
   int32_t* tile_start;
   int32_t* pair_row;
   int32_t* row_pair;
@@ -109,8 +106,8 @@ struct WorkspacePtrs {
     char* b = static_cast<char*>(base);
     return {reinterpret_cast<int32_t*>(b + l.topk_ids), reinterpret_cast<float*>(b + l.topk_weights),
             reinterpret_cast<int32_t*>(b + l.counts),   reinterpret_cast<int32_t*>(b + l.seg_start),
-            reinterpret_cast<int32_t*>(b + l.cursor),   reinterpret_cast<int32_t*>(b + l.tile_start),
-            reinterpret_cast<int32_t*>(b + l.pair_row), reinterpret_cast<int32_t*>(b + l.row_pair),
+            reinterpret_cast<int32_t*>(b + l.tile_start), reinterpret_cast<int32_t*>(b + l.pair_row),
+            reinterpret_cast<int32_t*>(b + l.row_pair),
             reinterpret_cast<uint16_t*>(b + l.x),       reinterpret_cast<uint16_t*>(b + l.h),
             reinterpret_cast<uint16_t*>(b + l.y),       reinterpret_cast<float*>(b + l.split_partial),
             reinterpret_cast<int32_t*>(b + l.split_count)};

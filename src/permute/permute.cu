@@ -3,6 +3,8 @@
 // reference/moe_reference.cpp exactly.
 #include <cuda_bf16.h>
 
+#include <algorithm>
+
 #include "src/common/cuda_utils.h"
 #include "src/common/pdl.h"
 #include "src/format/block_codec.h"
@@ -57,7 +59,7 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PermuteParams p) {
       if (e < num_local) {
         p.ws.counts[e] = count;
         p.ws.seg_start[e] = row_base + rows_incl - rows;
-        p.ws.cursor[e] = row_base + rows_incl - rows;
+        smem_counts[e] = row_base + rows_incl - rows;  // from here on: expert e's placement cursor
         p.ws.tile_start[e] = tile_base + tiles_incl - tiles;
       }
       row_base += __shfl_sync(0xffffffffu, rows_incl, 31);
@@ -69,6 +71,21 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PermuteParams p) {
       p.ws.counts[num_local] = bad_ids;  // read by MoeLayer::check_device_errors()
     }
   }
+  __syncthreads();
+  // Rows: each local pair takes the next row of its expert's segment (the order within a segment is
+  // the order of the shared-memory atomics; no result depends on it: rows are computed independently
+  // and finalize sums by slot). Here rather than in the permute, so that the permute can spread one
+  // row over several CTAs.
+  for (int64_t i = threadIdx.x; i < num_pairs; i += blockDim.x) {
+    const int32_t e = p.ws.topk_ids[i];
+    const int local = e - p.expert_begin;
+    int32_t row = -1;
+    if (e >= 0 && e < p.num_experts && local >= 0 && local < num_local) {
+      row = atomicAdd(&smem_counts[local], 1);
+      p.ws.row_pair[row] = int32_t(i);
+    }
+    p.ws.pair_row[i] = row;
+  }
 }
 
 __device__ __forceinline__ void store_piece(uint16_t* tiled, int64_t row, int64_t k, int64_t rows_cap, uint4 v) {
@@ -79,33 +96,24 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return uint32_t(float_to_bf16(lo)) | (uint32_t(float_to_bf16(hi)) << 16);
 }
 
-// One CTA per routed (token, slot) pair: each thread owns 16-element blocks of the row.
+// A CTA per routed (token, slot) pair, and for up to 256 pairs per range of kRowThreads 16-element
+// column blocks (blockIdx.y), so that a few tokens still spread over many SMs (one CTA per pair
+// took 6.2 us at DeepSeek-R1 T=1, three dependent loads per thread); each thread owns 16-element
+// blocks of the row. The row comes from the plan.
 __global__ void __launch_bounds__(kRowThreads) permute_kernel(PermuteParams p) {
   const int64_t pair = blockIdx.x;
   const int64_t t = pair / p.top_k;
   const int64_t H = p.hidden_size;
-  __shared__ int32_t row_s;
   pdl_launch_dependents();
-  pdl_wait();  // the plan's cursors
-  const int32_t e = p.ws.topk_ids[pair];
-  const int local = e - p.expert_begin;
-  const bool is_local = e >= 0 && e < p.num_experts && local >= 0 && local < p.num_local_experts;
-  if (threadIdx.x == 0) {
-    int32_t row = -1;
-    if (is_local) {
-      row = atomicAdd(&p.ws.cursor[local], 1);
-      p.ws.row_pair[row] = int32_t(pair);
-    }
-    p.ws.pair_row[pair] = row;
-    row_s = row;
-  }
-  __syncthreads();
-  const int32_t row = row_s;
+  pdl_wait();  // the plan's rows
+  const int32_t row = p.ws.pair_row[pair];
   if (row < 0) return;
+  const int local = p.ws.topk_ids[pair] - p.expert_begin;
   const float weight = p.ws.topk_weights[pair];
   const float gs = p.w4a4 ? p.a1_gs[local] : 1.0f;
   const int64_t x_blocks = p.layout.x_k / 16;
-  for (int64_t b = threadIdx.x; b < x_blocks; b += blockDim.x) {
+  const int64_t first = int64_t(blockIdx.y) * blockDim.x + threadIdx.x, step = int64_t(gridDim.y) * blockDim.x;
+  for (int64_t b = first; b < x_blocks; b += step) {
     uint32_t out[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     if (b * 16 < H) {
       float u[16];
@@ -131,7 +139,7 @@ __global__ void __launch_bounds__(kRowThreads) permute_kernel(PermuteParams p) {
     store_piece(p.ws.x, row, b * 16 + 8, p.layout.rows_cap, make_uint4(out[4], out[5], out[6], out[7]));
   }
   // Zero the intermediate's K padding (GEMM1 writes only the first inter_local columns).
-  for (int64_t b = p.inter_local / 16 + threadIdx.x; b < p.layout.h_k / 16; b += blockDim.x) {
+  for (int64_t b = p.inter_local / 16 + first; b < p.layout.h_k / 16; b += step) {
     store_piece(p.ws.h, row, b * 16, p.layout.rows_cap, make_uint4(0, 0, 0, 0));
     store_piece(p.ws.h, row, b * 16 + 8, p.layout.rows_cap, make_uint4(0, 0, 0, 0));
   }
@@ -183,7 +191,11 @@ Status launch_plan(const PermuteParams& p, cudaStream_t stream) {
 
 Status launch_permute(const PermuteParams& p, cudaStream_t stream) {
   if (p.num_tokens == 0) return Status::Ok();
-  return launch_pdl(permute_kernel, dim3(unsigned(p.num_tokens * p.top_k)), dim3(kRowThreads), 0, stream, p);
+  // Up to 256 pairs, a CTA per pair and range of kRowThreads 16-element blocks; beyond, a CTA per pair.
+  const int64_t pairs = p.num_tokens * p.top_k;
+  const int64_t ranges = (p.layout.x_k / 16 + kRowThreads - 1) / kRowThreads;
+  const unsigned y = unsigned(pairs <= 256 ? std::max<int64_t>(ranges, 1) : 1);
+  return launch_pdl(permute_kernel, dim3(unsigned(pairs), y), dim3(kRowThreads), 0, stream, p);
 }
 
 Status launch_finalize(const PermuteParams& p, uint16_t* out, cudaStream_t stream) {
