@@ -117,6 +117,10 @@ TEST(SelectConfig, NarrowsTheDecodeConfigOnlyForFewTiles) {
   scout.num_tokens = 1;
   const Sm90Config bn32 = compiled_configs()[1];
   EXPECT_EQ(narrow_for_few_tiles(scout, bn32, 80).name(), bn32.name());
+  // DeepSeek-R1/16 (H 512, I 128: GEMM1 4 units, GEMM2 8) at T=6, as MoeGpu.EveryCompiledSm90Config-
+  // GivesTheSameBits runs it: 48 pairs, 48 token tiles: GEMM1 narrowed, GEMM2 not.
+  EXPECT_EQ(narrow_for_few_tiles(deepseek(6), bn16, 4).name(), narrow);
+  EXPECT_EQ(narrow_for_few_tiles(deepseek(6), bn16, 8).name(), bn16.name());
   // The narrow config keeps the tile tokens (both GEMMs of a forward share the token tiles).
   EXPECT_EQ(compiled_configs()[kNarrowDecodeConfig].tile_tokens, bn16.tile_tokens);
 }

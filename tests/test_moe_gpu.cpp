@@ -390,7 +390,10 @@ TEST(MoeGpu, EveryCompiledSm90ConfigGivesTheSameBits) {
     if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.to_string();
     ASSERT_OK(st);
     auto rng = make_rng(seed);
-    for (int64_t T : {1, 40, 300}) {
+    // On a 132-SM H200 the default runs both GEMMs narrowed (2 consumers) at T=1, GEMM1 narrowed and
+    // GEMM2 not at T=6 (tests/test_config.cpp, NarrowsTheDecodeConfigOnlyForFewTiles), BN16 x 4 at
+    // T=40 and BN32 at T=300.
+    for (int64_t T : {1, 6, 40, 300}) {
       for (bool same_experts : {false, true}) {
         auto hidden = testing::random_hidden(rng, T, p.hidden_size);
         auto logits = testing::random_logits(rng, T, p.num_experts());

@@ -71,16 +71,18 @@ struct MoeLayer::Impl {
     return sm90::select_config(in);
   }
   // The configs of GEMM1 and GEMM2 (the same tile tokens): the layer's config, which the default
-  // heuristic narrows per GEMM where it has few tiles (sm90::narrow_for_few_tiles; not with split-K,
-  // which serves that case its own way).
+  // heuristic narrows per GEMM where it has few tiles (sm90::narrow_for_few_tiles), unless split-K
+  // (LayerOptions::split_k) splits that GEMM, which serves the case its own way.
   std::pair<sm90::Sm90Config, sm90::Sm90Config> sm90_gemm_configs(int64_t num_tokens) const {
     if (forced) return {*forced, *forced};
     const sm90::ConfigInput in = config_input(num_tokens);
     if (auto tuned = tune.lookup(in)) return {*tuned, *tuned};
     const sm90::Sm90Config c = sm90::select_config(in);
-    if (options.split_k) return {c, c};
-    return {sm90::narrow_for_few_tiles(in, c, weights.g1.m_units()),
-            sm90::narrow_for_few_tiles(in, c, weights.g2.m_units())};
+    auto pick = [&](const layout::GemmWeightShape& g) {
+      if (options.split_k && sm90::select_split_k(in, c, g.m_units(), g.k_units()) > 1) return c;
+      return sm90::narrow_for_few_tiles(in, c, g.m_units());
+    };
+    return {pick(weights.g1), pick(weights.g2)};
   }
   // Split-K ranges of GEMM1 (gemm1) or GEMM2 for a forward of num_tokens with config c (1: none).
   int split_k(int64_t num_tokens, const sm90::Sm90Config& c, bool gemm1) const {

@@ -49,7 +49,7 @@ Sm90Config select_config(const ConfigInput& in);
 // token count: at most min(T*K, T*K/BN + min(T*K, experts)) token tiles times the m-blocks.
 int64_t max_gemm_tiles(const ConfigInput& in, const Sm90Config& c, int64_t m_units);
 
-// Decode with few tiles (the default path; not with split-K, not for a tuned or forced config): where
+// Decode with few tiles (the default path; not where split-K splits, not for a tuned or forced config): where
 // the default decode config (BN16, 4 consumers) would give at most half the SMs a tile of this GEMM,
 // its 2-consumer build (compiled_configs()[kNarrowDecodeConfig]: half the weight rows per tile)
 // spreads the GEMM over twice as many SMs. The same tile tokens, so both GEMMs of a forward may differ
@@ -57,8 +57,8 @@ int64_t max_gemm_tiles(const ConfigInput& in, const Sm90Config& c, int64_t m_uni
 Sm90Config narrow_for_few_tiles(const ConfigInput& in, const Sm90Config& c, int64_t m_units);
 constexpr int kNarrowDecodeConfig = 8;
 
-// Split-K ranges for one GEMM of a forward with LayerOptions::split_k (1: none): only the BN16
-// config, only when at most half the SMs would have a tile. Tiles are bounded from the token count
+// Split-K ranges for one GEMM of a forward with LayerOptions::split_k (1: none): only configs with a
+// 16-token tile, only when at most half the SMs would have a tile. Tiles are bounded from the token count
 // (at most min(T*K, T*K/16 + min(T*K, experts)) token tiles times the m-blocks); each SM then gets
 // a K range, up to 8 ranges of at least 4 chunks, at most kMaxSplitUnits work units.
 int select_split_k(const ConfigInput& in, const Sm90Config& c, int64_t m_units, int64_t k_units);

@@ -207,9 +207,10 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
   // chunk ku - 1's MMAs, which read a[(ku - 1) % 2] asynchronously, still run, so a warpgroup
   // overlaps its own decode and MMAs. Single-buffered: before a chunk overwrites the fragments, the
   // previous chunk's MMAs must be done, and decode overlaps only other warpgroups' MMAs. ptxas
-  // (scripts/ptxas-check.sh) accepted double buffering for N <= 32 with 4 consumers (112 registers)
+  // (scripts/ptxas-check.sh) accepted double buffering for N <= 48 with 4 consumers (112 registers)
   // and N >= 128 with 2 (232); N = 64 serialized (4 consumers) or spilled (2), so a double-buffered
-  // config single-buffers its N = 64 bucket. Buffers are indexed with compile-time constants only, so
+  // config single-buffers its N = 64 bucket (N = 96 with 4 consumers serialized too: BN96 is built
+  // single-buffered). Buffers are indexed with compile-time constants only, so
   // they stay in registers.
   constexpr int kBufs = T::kDoubleBuffer && kN != 64 ? 2 : 1;
   uint32_t a[kBufs][4][4];
