@@ -27,7 +27,7 @@ const std::vector<Sm90Config>& compiled_configs() {
       {256, 2, 4, 1, "prefill, BN256 (tuning candidate)", true},
       // A 96-token tile of the 4-consumer kind for about 64 rows per expert, where BN128 ran most
       // experts' single tile at N = 128 for 65-90 rows: 10-12% faster than the best other config at
-      // 64 rows per expert for DeepSeek-R1, gpt-oss-120b, Qwen3-30B and Qwen3-235B, 4-11% slower at 128
+      // 64 rows per expert for DeepSeek-R1, gpt-oss-120b, Qwen3-30B and Qwen3-235B, 6-12% slower at 128
       // (bench/results/2026-11-30_h200_tune_bn96.txt). Single-buffered: double buffering serialized.
       {96, 4, 6, 1, "large: <= 80 rows per expert"},
       // A 48-token tile (double-buffered, two chunks a stage): 7-12% faster than BN64 at 32-40 rows
