@@ -1,0 +1,55 @@
+"""bench/ab_summary.py (the A/B table of scripts/gpu-ab.sh) on small fp4moe-bench-shaped JSON files."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "bench", "ab_summary.py")
+
+
+def write(path, commit, rows):
+    with open(path, "w") as f:
+        json.dump({"commit": commit, "rows": [{"T": t, "graph_ms": ms} for t, ms in rows]}, f)
+
+
+def run(directory):
+    return subprocess.run([sys.executable, SCRIPT, str(directory)], capture_output=True, text=True)
+
+
+def test_medians_change_and_spread(tmp_path):
+    write(tmp_path / "base_deepseek-r1_1.json", "aaa", [(1, 0.100), (128, 2.00)])
+    write(tmp_path / "base_deepseek-r1_2.json", "aaa", [(1, 0.102), (128, 2.04)])
+    write(tmp_path / "base_deepseek-r1_3.json", "aaa", [(1, 0.104), (128, 2.02)])
+    write(tmp_path / "head_deepseek-r1_1.json", "bbb", [(1, 0.090), (128, 2.02)])
+    write(tmp_path / "head_deepseek-r1_2.json", "bbb", [(1, 0.092), (128, 2.02)])
+    write(tmp_path / "head_deepseek-r1_3.json", "bbb", [(1, 0.094), (128, 2.02)])
+    (tmp_path / "notes.json").write_text("{}")  # not a base_/head_ file: ignored
+    r = run(tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "base aaa vs head bbb" in r.stdout
+    lines = {tuple(c.strip() for c in l.split("|")[1:3]): l for l in r.stdout.splitlines() if l.startswith("| deep")}
+    # medians 0.102 -> 0.092: -9.8%; spread (max - min) / median: 3.9% / 4.3%
+    assert "| 0.1020 | 0.0920 | -9.8% | 3.9% / 4.3% |" in lines[("deepseek-r1", "1")]
+    assert "| 2.0200 | 2.0200 | +0.0% | 2.0% / 0.0% |" in lines[("deepseek-r1", "128")]
+
+
+def test_only_token_counts_both_builds_ran(tmp_path):
+    write(tmp_path / "base_qwen_1.json", "aaa", [(1, 0.03), (8, 0.08)])
+    write(tmp_path / "head_qwen_1.json", "bbb", [(8, 0.07)])
+    r = run(tmp_path)
+    assert r.returncode == 0, r.stderr
+    rows = [l for l in r.stdout.splitlines() if l.startswith("| qwen")]
+    assert len(rows) == 1 and rows[0].startswith("| qwen | 8 |")
+
+
+@pytest.mark.parametrize("files", [[], ["base_x_1.json"], ["head_x_1.json"]])
+def test_refuses_without_both_builds(tmp_path, files):
+    for name in files:
+        write(tmp_path / name, "c", [(1, 1.0)])
+    r = run(tmp_path)
+    assert r.returncode != 0
+    assert "no base_*/head_* JSON pairs" in r.stderr
