@@ -64,12 +64,6 @@ struct MoeLayer::Impl {
     in.num_sms = num_sms;
     return in;
   }
-  sm90::Sm90Config sm90_config(int64_t num_tokens) const {
-    if (forced) return *forced;
-    const sm90::ConfigInput in = config_input(num_tokens);
-    if (auto tuned = tune.lookup(in)) return *tuned;
-    return sm90::select_config(in);
-  }
   // The configs of GEMM1 and GEMM2 (the same tile tokens): the layer's config, which the default
   // heuristic narrows per GEMM where it has few tiles (sm90::narrow_for_few_tiles), unless split-K
   // (LayerOptions::split_k) splits that GEMM, which serves the case its own way.
@@ -89,9 +83,6 @@ struct MoeLayer::Impl {
     if (!options.split_k || path != KernelPath::kSm90) return 1;
     const layout::GemmWeightShape& g = gemm1 ? weights.g1 : weights.g2;
     return sm90::select_split_k(config_input(num_tokens), c, g.m_units(), g.k_units());
-  }
-  int tile_tokens(int64_t num_tokens) const {
-    return path == KernelPath::kSm90 ? sm90_config(num_tokens).tile_tokens : kSimtTileTokens;
   }
 };
 
@@ -207,9 +198,8 @@ KernelInfo MoeLayer::kernel_info(int64_t num_tokens) const {
     if (c2.name() != c1.name()) k.regime += std::string("; GEMM2 ") + c2.regime;
     return k;
   }
-  const int bn = impl_->tile_tokens(num_tokens);
-  k.gemm1 = "gemm1_simt_kernel(units=64x64, tokens=" + std::to_string(bn) + ")";
-  k.gemm2 = "gemm2_simt_kernel(units=64x64, tokens=" + std::to_string(bn) + ")";
+  k.gemm1 = "gemm1_simt_kernel(units=64x64, tokens=" + std::to_string(kSimtTileTokens) + ")";
+  k.gemm2 = "gemm2_simt_kernel(units=64x64, tokens=" + std::to_string(kSimtTileTokens) + ")";
   k.regime = "simt: reference path, CUDA cores";
   return k;
 }
@@ -336,7 +326,10 @@ Status MoeLayer::forward(const ForwardArgs& a, void* workspace, size_t workspace
   pp.expert_begin = m.shard.expert_begin;
   pp.num_local_experts = m.shard.num_local_experts;
   pp.inter_local = m.shard.inter_local;
-  pp.tile_tokens = m.tile_tokens(T);
+  // The sm90 configs of GEMM1 and GEMM2 (chosen once; their tile tokens cut the plan's token tiles).
+  std::pair<sm90::Sm90Config, sm90::Sm90Config> cfg;
+  if (m.path == KernelPath::kSm90) cfg = m.sm90_gemm_configs(T);
+  pp.tile_tokens = m.path == KernelPath::kSm90 ? cfg.first.tile_tokens : kSimtTileTokens;
   pp.w4a4 = p.mode == Mode::kW4A4;
   pp.weight_on_input = p.apply_router_weight_on_input();
   pp.a1_gs = m.weights.a1_gs;
@@ -370,7 +363,7 @@ Status MoeLayer::forward(const ForwardArgs& a, void* workspace, size_t workspace
   g.tile_tokens = pp.tile_tokens;
   g.max_tiles = (T * K + g.tile_tokens - 1) / g.tile_tokens + m.shard.num_local_experts;
   if (m.path == KernelPath::kSm90) {
-    const auto [cfg1, cfg2] = m.sm90_gemm_configs(T);
+    const auto& [cfg1, cfg2] = cfg;
     g.split_k1 = m.split_k(T, cfg1, true);
     g.split_k2 = m.split_k(T, cfg2, false);
     FP4MOE_RETURN_IF_ERROR(sm90::launch_gemm1(g, cfg1, m.num_sms, stream));
