@@ -7,7 +7,9 @@
 // reports hazards on the sm90 kernels' pipeline stages (bench/results/README.md). If it reports the
 // same kind of hazard on this probe, whose ordering is the documented mbarrier protocol with nothing
 // else in it, the reports are about how the tool models bulk copies and mbarriers, not about the
-// kernels. Variant kFenced adds fence.proxy.async.shared::cta before each release.
+// kernels. Release variants: kOneLane (__syncwarp, then lane 0 arrives), kFenced (the same after
+// fence.proxy.async.shared::cta), kEveryLane (every lane arrives, `empty` counts 32: each thread's
+// arrive releases its own reads, the PTX memory model's per-thread release).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -24,7 +26,9 @@ constexpr int kStages = 2;
 constexpr int kStageBytes = 1024;
 constexpr int kChunks = 16;
 
-template <bool kFenced>
+enum class Release { kOneLane, kFenced, kEveryLane };
+
+template <Release kRelease>
 __global__ void pipeline_probe_kernel(const uint8_t* src, uint32_t* sums) {
   __shared__ alignas(128) uint8_t stage[kStages][kStageBytes];
   __shared__ alignas(8) uint64_t full[kStages], empty[kStages];
@@ -32,7 +36,7 @@ __global__ void pipeline_probe_kernel(const uint8_t* src, uint32_t* sums) {
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(&full[s], 1);
-      mbar_init(&empty[s], 1);
+      mbar_init(&empty[s], kRelease == Release::kEveryLane ? 32 : 1);
     }
     fence_barrier_init();
   }
@@ -55,13 +59,17 @@ __global__ void pipeline_probe_kernel(const uint8_t* src, uint32_t* sums) {
     for (int i = lane * 4; i < kStageBytes; i += 128)
       sum += lds_u32(smem_addr(&stage[s][i])) * 2654435761u + uint32_t(i);
     sums[c * 32 + lane] = sum;
-    if constexpr (kFenced) fence_proxy_async_shared();
-    __syncwarp();
-    if (lane == 0) mbar_arrive(&empty[s]);
+    if constexpr (kRelease == Release::kEveryLane) {
+      mbar_arrive(&empty[s]);
+    } else {
+      if constexpr (kRelease == Release::kFenced) fence_proxy_async_shared();
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&empty[s]);
+    }
   }
 }
 
-template <bool kFenced>
+template <Release kRelease>
 void run_probe() {
   int device_count = 0;
   if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) GTEST_SKIP() << "no CUDA device";
@@ -77,7 +85,7 @@ void run_probe() {
   ASSERT_EQ(cudaMalloc(&sums, kChunks * 32 * sizeof(uint32_t)), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(src, host.data(), host.size(), cudaMemcpyHostToDevice), cudaSuccess);
   ASSERT_EQ(cudaMemset(sums, 0xff, kChunks * 32 * sizeof(uint32_t)), cudaSuccess);  // poison
-  pipeline_probe_kernel<kFenced><<<1, 64>>>(src, sums);
+  pipeline_probe_kernel<kRelease><<<1, 64>>>(src, sums);
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::vector<uint32_t> got(kChunks * 32);
@@ -96,8 +104,9 @@ void run_probe() {
     }
 }
 
-TEST(PipelineProbe, ConsumerSeesEveryChunk) { run_probe<false>(); }
-TEST(PipelineProbe, ConsumerSeesEveryChunkWithProxyFence) { run_probe<true>(); }
+TEST(PipelineProbe, ConsumerSeesEveryChunk) { run_probe<Release::kOneLane>(); }
+TEST(PipelineProbe, ConsumerSeesEveryChunkWithProxyFence) { run_probe<Release::kFenced>(); }
+TEST(PipelineProbe, ConsumerSeesEveryChunkEveryLaneReleases) { run_probe<Release::kEveryLane>(); }
 
 }  // namespace
 }  // namespace fp4moe::sm90

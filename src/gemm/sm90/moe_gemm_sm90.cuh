@@ -30,20 +30,12 @@ namespace fp4moe::sm90 {
 
 namespace gmma = cute::SM90::GMMA;
 
-// Experimental (off by default): a proxy fence before each stage release, to test whether
-// compute-sanitizer's racecheck reports on the pipeline stages are about proxy ordering.
-#ifndef FP4MOE_STAGE_RELEASE_FENCE
-#define FP4MOE_STAGE_RELEASE_FENCE 0
-#endif
-
-// Releases a pipeline stage: one arrival per consumer warp, after the warp's reads of the stage.
-__device__ __forceinline__ void release_stage(uint64_t* empty_bar, int lane) {
-  if constexpr (FP4MOE_STAGE_RELEASE_FENCE) {
-    fence_proxy_async_shared();
-    __syncwarp();
-  }
-  if (lane == 0) mbar_arrive(empty_bar);
-}
+// Releases a pipeline stage after this thread's reads of it: every consumer thread arrives (`empty`
+// counts kConsumers * 128). An mbarrier arrive releases the arriving thread's own prior accesses
+// only, so one arrival per warp would leave the other lanes' reads formally unordered before the
+// producer's next bulk copy into the stage (compute-sanitizer's racecheck reported exactly that
+// pair, lds against bulk_g2s, on the one-lane release; tests/test_pipeline_probe_gpu.cu).
+__device__ __forceinline__ void release_stage(uint64_t* empty_bar) { mbar_arrive(empty_bar); }
 
 // Tile metadata is cached in shared memory; routing caps the expert count at 512.
 constexpr int kMaxLocalExperts = 512;
@@ -228,7 +220,6 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
   const uint32_t my_codes = opaque_u32(w_base + x.tid * 16);
   const uint32_t my_scales = opaque_u32(w_base + layout::kUnitCodeBytes + (x.tid / 4) * 8);
   const uint64_t desc_stage0 = opaque_u64(smem_desc_k128(smem_addr(x.smem + T::kOffB)));
-  const int my_lane = int(opaque_u32(uint32_t(x.lane)));
   // chunk(buffer, c): the K chunk in slot c of the current stage; the stage's barrier is waited on at
   // c = 0, and it is left after its last chunk.
   // first: this is the tile's first chunk, whose first MMA starts the sum (scale_d = Zero). Only the
@@ -280,7 +271,7 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
     }
     if constexpr (c == 0) {
       // The previous stage (or the sink): the MMAs of its last chunk completed at the wait above.
-      release_stage(&x.empty[prev_stage], my_lane);
+      release_stage(&x.empty[prev_stage]);
       prev_stage = ps.stage;
     }
     if constexpr (c == T::kChunks - 1) ps.advance(T::kStages);
@@ -314,7 +305,7 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
   for (int b = 0; b < kBufs; ++b) fence_fragments(a[b]);
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
-  release_stage(&x.empty[prev_stage], x.lane);
+  release_stage(&x.empty[prev_stage]);
   if (!active) return;
 
   // ---- Split-K: partial sums out, the tile's last unit sums them in range order --------------------
@@ -471,7 +462,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   if (threadIdx.x == 0) {
     for (int s = 0; s < T::kStages; ++s) {
       mbar_init(&full[s], 1);
-      mbar_init(&empty[s], T::kConsumers * 4);  // one arrival per consumer warp
+      mbar_init(&empty[s], T::kConsumers * 128);  // one arrival per consumer thread
     }
     mbar_init(&empty[T::kStages], 1);  // the sink (Sm90Traits::kSmemBytes)
     fence_barrier_init();
