@@ -63,6 +63,14 @@ struct RsMma<32> {
   using Op = gmma::MMA_64x32x16_F32BF16BF16_RS<gmma::Major::K, gmma::Major::K>;
 };
 template <>
+struct RsMma<80> {
+  using Op = gmma::MMA_64x80x16_F32BF16BF16_RS<gmma::Major::K, gmma::Major::K>;
+};
+template <>
+struct RsMma<112> {
+  using Op = gmma::MMA_64x112x16_F32BF16BF16_RS<gmma::Major::K, gmma::Major::K>;
+};
+template <>
 struct RsMma<96> {
   using Op = gmma::MMA_64x96x16_F32BF16BF16_RS<gmma::Major::K, gmma::Major::K>;
 };

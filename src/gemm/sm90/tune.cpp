@@ -35,6 +35,9 @@ const std::vector<Sm90Config>& compiled_configs() {
       {48, 4, 5, 1, "medium: <= 40 rows per expert", true, 2},
       // Decode over few tiles (narrow_for_few_tiles, per GEMM): 2 consumers, 8 stages of 2 chunks.
       {16, 2, 8, 1, "decode, few tiles: 2 consumers", true, 2},
+      // Experiment: tiles between BN48 and BN96, and between BN96 and BN128 (tuning candidates).
+      {80, 4, 6, 1, "BN80 (tuning candidate)"},
+      {112, 4, 5, 1, "BN112 (tuning candidate)"},
   };
   return kConfigs;
 }
