@@ -472,7 +472,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
       mbar_init(&full[s], 1);
       mbar_init(&empty[s], T::kConsumers * 128);  // one arrival per consumer thread
     }
-    mbar_init(&empty[T::kStages], 1);  // the sink (Sm90Traits::kSmemBytes)
+    // The sink (Sm90Traits::kSmemBytes) takes whole warps' arrivals like the stages, so it counts the
+    // same: a warp's 32 arrivals must never exceed the pending count.
+    mbar_init(&empty[T::kStages], T::kConsumers * 128);
     fence_barrier_init();
   }
   pdl_launch_dependents();
