@@ -31,9 +31,14 @@ TEST(SelectConfig, RegimesFollowRowsPerExpert) {
   EXPECT_EQ(select_config(deepseek(769)).tile_tokens, 48);
   EXPECT_EQ(select_config(deepseek(1024)).tile_tokens, 48);   // 32
   EXPECT_EQ(select_config(deepseek(1280)).tile_tokens, 48);   // 40
-  EXPECT_EQ(select_config(deepseek(1281)).tile_tokens, 96);
-  EXPECT_EQ(select_config(deepseek(2048)).tile_tokens, 96);   // 64
+  EXPECT_EQ(select_config(deepseek(1281)).tile_tokens, 64);
+  EXPECT_EQ(select_config(deepseek(1536)).tile_tokens, 64);   // 48
+  EXPECT_EQ(select_config(deepseek(1792)).tile_tokens, 64);   // 56
+  EXPECT_EQ(select_config(deepseek(1793)).tile_tokens, 80);
+  EXPECT_EQ(select_config(deepseek(2048)).tile_tokens, 80);   // 64
   EXPECT_EQ(select_config(deepseek(2048)).consumers, 4);
+  EXPECT_EQ(select_config(deepseek(2304)).tile_tokens, 80);   // 72
+  EXPECT_EQ(select_config(deepseek(2305)).tile_tokens, 96);
   EXPECT_EQ(select_config(deepseek(2560)).tile_tokens, 96);   // 80
   EXPECT_EQ(select_config(deepseek(2561)).tile_tokens, 128);
   EXPECT_EQ(select_config(deepseek(2561)).consumers, 4);
@@ -182,7 +187,7 @@ TEST(TuneTable, CompiledConfigNames) {
   const std::vector<std::string> want = {"BN16_C4_S6_x1_db_c2", "BN32_C4_S5_x1_db_c2", "BN64_C4_S4_x1_c2",
                                          "BN128_C2_S6_x1_db",   "BN128_C4_S5_x1",      "BN256_C2_S4_x1_db",
                                          "BN96_C4_S6_x1",       "BN48_C4_S5_x1_db_c2", "BN16_C2_S8_x1_db_c2",
-                                         "BN80_C4_S6_x1",       "BN112_C4_S5_x1"};
+                                         "BN80_C4_S6_x1"};
   EXPECT_EQ(names, want);
 }
 

@@ -80,11 +80,23 @@ Sm90Config select_config(const ConfigInput& in) {
   //   Qwen3-30B    T=512 (32):   BN48db 0.186   BN64c2 0.202   BN32db 0.230
   //   gpt-oss-120b T=1024 (32):  BN48db 0.734   BN64c2 0.835   BN32db 0.916
   // (bench/results/2026-11-30_h200_tune_bn48.txt, BN48db = BN48_C4_S5_x1_db_c2), so BN48 takes
-  // 25-40 rows per expert and BN64 is a tuning candidate only.
+  // 25-40 rows per expert.
+  // Session 6 (bench/results/2026-11-30_h200_tune_bn80.txt; BN80 = BN80_C4_S6_x1, BN64c2 =
+  // BN64_C4_S4_x1_c2):
+  //   DeepSeek-R1  T=1536 (48):  BN64c2 3.261   BN80 3.628    BN128db 3.699  BN96 3.973  BN48db 4.090
+  //   Qwen3-30B    T=768 (48):   BN64c2 0.217   BN80 0.233    BN96 0.250     BN48db 0.267
+  //                T=1024 (64):  BN80 0.247     BN96 0.262    BN128_C4 0.302 BN64c2 0.304
+  //                T=1536 (96):  BN128_C4 0.328 BN112 0.335   BN96 0.383     BN80 0.450
+  //   gpt-oss-120b T=2048 (64):  BN80 1.026     BN96 1.115    BN112 1.137    BN128db 1.264
+  // so BN64 takes 41-56 rows per expert and BN80 57-72 (the boundaries between the measured 40, 48,
+  // 64 and 96 are interpolated: a tile about two standard deviations of the per-expert count above
+  // its mean), BN96 keeps 73-80.
   const auto& c = compiled_configs();
   if (per_expert <= 8) return c[0];   // BN16
   if (per_expert <= 24) return c[1];  // BN32
   if (per_expert <= 40) return c[7];  // BN48
+  if (per_expert <= 56) return c[2];  // BN64
+  if (per_expert <= 72) return c[9];  // BN80
   if (per_expert <= 80) return c[6];  // BN96
   return c[4];                        // BN128 x 4 consumers
 }

@@ -64,6 +64,6 @@ constexpr int kNarrowDecodeConfig = 8;
 int select_split_k(const ConfigInput& in, const Sm90Config& c, int64_t m_units, int64_t k_units);
 
 // The tile sizes instantiated (a dispatch default fails loudly for anything else).
-constexpr int kSupportedTileTokens[] = {16, 32, 48, 64, 96, 128, 256};
+constexpr int kSupportedTileTokens[] = {16, 32, 48, 64, 80, 96, 128, 256};
 
 }  // namespace fp4moe::sm90

@@ -16,7 +16,7 @@
 #pragma once
 
 #include <cute/arch/mma_sm90_gmma.hpp>
-#include <cute/arch/mma_sm90_gmma_ext.hpp>  // N = 48
+#include <cute/arch/mma_sm90_gmma_ext.hpp>  // N = 48, 80
 
 #include <cstdint>
 #include <utility>
@@ -65,10 +65,6 @@ struct RsMma<32> {
 template <>
 struct RsMma<80> {
   using Op = gmma::MMA_64x80x16_F32BF16BF16_RS<gmma::Major::K, gmma::Major::K>;
-};
-template <>
-struct RsMma<112> {
-  using Op = gmma::MMA_64x112x16_F32BF16BF16_RS<gmma::Major::K, gmma::Major::K>;
 };
 template <>
 struct RsMma<96> {

@@ -16,7 +16,7 @@ const std::vector<Sm90Config>& compiled_configs() {
       // slots (stages x chunks) as the one-chunk builds they replaced.
       {16, 4, 6, 1, "decode: <= 8 rows per expert", true, 2},
       {32, 4, 5, 1, "small: <= 24 rows per expert", true, 2},
-      {64, 4, 4, 1, "BN64 (tuning candidate)", false, 2},
+      {64, 4, 4, 1, "medium: <= 56 rows per expert", false, 2},
       {128, 2, 6, 1, "BN128 x 2 consumers (tuning candidate)", true},
       // 4 consumers: a 256-row weight tile, half the activation bytes per MMA of BN128_C2 (single-
       // buffered fragments, 112 registers a consumer; no N = 64 size for small tiles, which made
@@ -29,15 +29,16 @@ const std::vector<Sm90Config>& compiled_configs() {
       // experts' single tile at N = 128 for 65-90 rows: 10-12% faster than the best other config at
       // 64 rows per expert for DeepSeek-R1, gpt-oss-120b, Qwen3-30B and Qwen3-235B, 6-12% slower at 128
       // (bench/results/2026-11-30_h200_tune_bn96.txt). Single-buffered: double buffering serialized.
-      {96, 4, 6, 1, "large: <= 80 rows per expert"},
+      {96, 4, 6, 1, "large: 73-80 rows per expert"},
       // A 48-token tile (double-buffered, two chunks a stage): 7-12% faster than BN64 at 32-40 rows
       // per expert on DeepSeek-R1, Qwen3-30B and gpt-oss-120b (bench/results/2026-11-30_h200_tune_bn48.txt).
-      {48, 4, 5, 1, "medium: <= 40 rows per expert", true, 2},
+      {48, 4, 5, 1, "medium: 25-40 rows per expert", true, 2},
       // Decode over few tiles (narrow_for_few_tiles, per GEMM): 2 consumers, 8 stages of 2 chunks.
       {16, 2, 8, 1, "decode, few tiles: 2 consumers", true, 2},
-      // Experiment: tiles between BN48 and BN96, and between BN96 and BN128 (tuning candidates).
-      {80, 4, 6, 1, "BN80 (tuning candidate)"},
-      {112, 4, 5, 1, "BN112 (tuning candidate)"},
+      // An 80-token tile of the BN96 kind: 5-8% faster than BN96 at 64 rows per expert on Qwen3-30B
+      // and gpt-oss-120b (bench/results/2026-11-30_h200_tune_bn80.txt). A BN112 of the same kind was
+      // 2% slower than BN128_C4 at 96 rows per expert (Qwen3-30B) and was not kept.
+      {80, 4, 6, 1, "large: <= 72 rows per expert"},
   };
   return kConfigs;
 }
