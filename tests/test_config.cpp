@@ -37,8 +37,8 @@ TEST(SelectConfig, RegimesFollowRowsPerExpert) {
   EXPECT_EQ(select_config(deepseek(1793)).tile_tokens, 80);
   EXPECT_EQ(select_config(deepseek(2048)).tile_tokens, 80);   // 64
   EXPECT_EQ(select_config(deepseek(2048)).consumers, 4);
-  EXPECT_EQ(select_config(deepseek(2304)).tile_tokens, 80);   // 72
-  EXPECT_EQ(select_config(deepseek(2305)).tile_tokens, 96);
+  EXPECT_EQ(select_config(deepseek(2049)).tile_tokens, 96);
+  EXPECT_EQ(select_config(deepseek(2304)).tile_tokens, 96);   // 72
   EXPECT_EQ(select_config(deepseek(2560)).tile_tokens, 96);   // 80
   EXPECT_EQ(select_config(deepseek(2561)).tile_tokens, 128);
   EXPECT_EQ(select_config(deepseek(2561)).consumers, 4);

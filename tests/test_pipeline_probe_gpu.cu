@@ -1,15 +1,16 @@
 // A minimal shared-memory pipeline in the pattern of the sm90 kernels (src/gemm/sm90/): one producer
 // thread fills stages with bulk async copies that complete on a `full` mbarrier; a consumer warp
-// waits on `full`, reads the stage, then (after __syncwarp) one lane arrives on `empty`; the producer
-// waits on `empty` before it overwrites the stage. The test checks the data the consumer saw.
+// waits on `full`, reads the stage and releases it on `empty`; the producer waits on `empty` before
+// it overwrites the stage. The test checks the data the consumer saw.
 //
-// Its purpose is compute-sanitizer's racecheck (scripts/gpu-check.sh, FP4MOE_RACECHECK=1): racecheck
-// reports hazards on the sm90 kernels' pipeline stages (bench/results/README.md). If it reports the
-// same kind of hazard on this probe, whose ordering is the documented mbarrier protocol with nothing
-// else in it, the reports are about how the tool models bulk copies and mbarriers, not about the
-// kernels. Release variants: kOneLane (__syncwarp, then lane 0 arrives), kFenced (the same after
-// fence.proxy.async.shared::cta), kEveryLane (every lane arrives, `empty` counts 32: each thread's
-// arrive releases its own reads, the PTX memory model's per-thread release).
+// It is also a probe for compute-sanitizer's racecheck (scripts/gpu-check.sh, FP4MOE_RACECHECK=1),
+// with three ways to release a stage:
+//   kOneLane    __syncwarp, then lane 0 arrives (`empty` counts 1)
+//   kFenced     the same after fence.proxy.async.shared::cta
+//   kEveryLane  every lane arrives (`empty` counts 32), so each thread's arrive releases its own reads
+// On an H200 (session 6, bench/results/2026-11-30_h200_racecheck_release.txt) racecheck reported lds
+// against bulk_g2s on the first two and nothing on kEveryLane: it does not carry the other lanes'
+// reads through __syncwarp into lane 0's release. The sm90 kernels release the kEveryLane way.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 

@@ -88,15 +88,20 @@ Sm90Config select_config(const ConfigInput& in) {
   //                T=1024 (64):  BN80 0.247     BN96 0.262    BN128_C4 0.302 BN64c2 0.304
   //                T=1536 (96):  BN128_C4 0.328 BN112 0.335   BN96 0.383     BN80 0.450
   //   gpt-oss-120b T=2048 (64):  BN80 1.026     BN96 1.115    BN112 1.137    BN128db 1.264
-  // so BN64 takes 41-56 rows per expert and BN80 57-72 (the boundaries between the measured 40, 48,
-  // 64 and 96 are interpolated: a tile about two standard deviations of the per-expert count above
-  // its mean), BN96 keeps 73-80.
+  // and with BN80 the default at 41-72 rows (same file, run 4):
+  //   DeepSeek-R1  T=1792 (56):  BN64c2 3.517   BN80 3.523    BN128db 3.770  BN96 3.869
+  //                T=2048 (64):  BN80 3.590 (the default's bench row; BN96 4.023 in run 3)
+  //   Qwen3-30B    T=896 (56):   BN80 0.239     BN64c2 0.244   BN96 0.256
+  //                T=1152 (72):  BN96 0.269     BN80 0.288     BN128_C4 0.309
+  //                T=1280 (80):  BN96 0.278     BN128_C4 0.316 BN80 0.350
+  // so BN64 takes 41-56 rows per expert (a tie with BN80 at 56), BN80 57-64 and BN96 65-80 (the
+  // boundary between the measured 64 and 72 is interpolated).
   const auto& c = compiled_configs();
   if (per_expert <= 8) return c[0];   // BN16
   if (per_expert <= 24) return c[1];  // BN32
   if (per_expert <= 40) return c[7];  // BN48
   if (per_expert <= 56) return c[2];  // BN64
-  if (per_expert <= 72) return c[9];  // BN80
+  if (per_expert <= 64) return c[9];  // BN80
   if (per_expert <= 80) return c[6];  // BN96
   return c[4];                        // BN128 x 4 consumers
 }

@@ -29,16 +29,17 @@ const std::vector<Sm90Config>& compiled_configs() {
       // experts' single tile at N = 128 for 65-90 rows: 10-12% faster than the best other config at
       // 64 rows per expert for DeepSeek-R1, gpt-oss-120b, Qwen3-30B and Qwen3-235B, 6-12% slower at 128
       // (bench/results/2026-11-30_h200_tune_bn96.txt). Single-buffered: double buffering serialized.
-      {96, 4, 6, 1, "large: 73-80 rows per expert"},
+      {96, 4, 6, 1, "large: 65-80 rows per expert"},
       // A 48-token tile (double-buffered, two chunks a stage): 7-12% faster than BN64 at 32-40 rows
       // per expert on DeepSeek-R1, Qwen3-30B and gpt-oss-120b (bench/results/2026-11-30_h200_tune_bn48.txt).
       {48, 4, 5, 1, "medium: 25-40 rows per expert", true, 2},
       // Decode over few tiles (narrow_for_few_tiles, per GEMM): 2 consumers, 8 stages of 2 chunks.
       {16, 2, 8, 1, "decode, few tiles: 2 consumers", true, 2},
-      // An 80-token tile of the BN96 kind: 5-8% faster than BN96 at 64 rows per expert on Qwen3-30B
-      // and gpt-oss-120b (bench/results/2026-11-30_h200_tune_bn80.txt). A BN112 of the same kind was
-      // 2% slower than BN128_C4 at 96 rows per expert (Qwen3-30B) and was not kept.
-      {80, 4, 6, 1, "large: <= 72 rows per expert"},
+      // An 80-token tile of the BN96 kind: 5-8% faster than BN96 at 64 rows per expert on Qwen3-30B and
+      // gpt-oss-120b in one run, DeepSeek-R1 T=2048 3.59 ms against BN96's 4.02 in another
+      // (bench/results/2026-11-30_h200_tune_bn80.txt). A BN112 of the same kind was 2% slower than
+      // BN128_C4 at 96 rows per expert (Qwen3-30B) and was not kept.
+      {80, 4, 6, 1, "large: 57-64 rows per expert"},
   };
   return kConfigs;
 }
