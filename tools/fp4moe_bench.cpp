@@ -56,6 +56,7 @@ struct Options {
   int layer = -1;               // --layer L (default: the first MoE layer)
   std::string tune_out;         // --tune FILE: measure every compiled config per token count, write FILE
   std::string tune_file;        // --tune-file FILE: use measured choices
+  std::vector<std::string> tune_only;  // --tune-only A,B: measure only these compiled configs
   bool split_k = false;         // --split-k: LayerOptions::split_k
   std::string argv;
 };
@@ -65,7 +66,8 @@ struct Options {
                "error: %s\n"
                "usage: fp4moe-bench [--preset NAME] [--tokens 1,128,8192] [--mode w4a16|w4a4] [--path auto|sm90|simt]\n"
                "                    [--check] [--check-tokens N] [--json FILE] [--iters N] [--warmup N] [--seed N]\n"
-               "                    [--scale F] [--routing model|random] [--tune FILE] [--tune-file FILE]\n"
+               "                    [--scale F] [--routing model|random] [--tune FILE [--tune-only NAME,NAME]]\n"
+               "                    [--tune-file FILE]\n"
                "                    [--checkpoint DIR [--layer L]]\n"
                "                    [--split-k] [--verbose]\n",
                msg);
@@ -108,6 +110,19 @@ Options parse(int argc, char** argv) {
     else if (a == "--layer") o.layer = int(integer(value()));
     else if (a == "--tune") o.tune_out = value();
     else if (a == "--tune-file") o.tune_file = value();
+    else if (a == "--tune-only") {
+      const std::vector<std::string> known = MoeLayer::sm90_config_names();
+      std::stringstream ss(value());
+      for (std::string n; std::getline(ss, n, ',');) {
+        if (std::find(known.begin(), known.end(), n) == known.end()) {
+          std::string all;
+          for (const auto& k : known) all += (all.empty() ? "" : ", ") + k;
+          usage(("--tune-only: '" + n + "' is not a compiled config (one of: " + all + ")").c_str());
+        }
+        o.tune_only.push_back(n);
+      }
+      if (o.tune_only.empty()) usage("--tune-only is empty");
+    }
     else if (a == "--routing") {
       const std::string r = value();
       if (r == "random") o.random_routing = true;
@@ -124,6 +139,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--help" || a == "-h") usage("help requested");
     else usage(("unknown argument '" + a + "'").c_str());
   }
+  if (!o.tune_only.empty() && o.tune_out.empty()) usage("--tune-only needs --tune FILE");
   return o;
 }
 
@@ -591,8 +607,8 @@ int main(int argc, char** argv) {
   };
   make_layer();
   if (!o.tune_out.empty()) {
-    // Every compiled config at every token count (graph replay, no check), the fastest kept. Nothing
-    // is compiled: the candidates are the kernels already in the library.
+    // Every compiled config (or those of --tune-only) at every token count (graph replay, no check),
+    // the fastest kept. Nothing is compiled: the candidates are the kernels already in the library.
     sm90::TuneTable table;
     table.set_device(prop.name);
     Options quick = o;
@@ -605,6 +621,8 @@ int main(int argc, char** argv) {
       std::printf("%7lld", (long long)T);
       std::fflush(stdout);
       for (const auto& name : MoeLayer::sm90_config_names()) {
+        if (!o.tune_only.empty() && std::find(o.tune_only.begin(), o.tune_only.end(), name) == o.tune_only.end())
+          continue;
         CHECK_OK(layer->force_sm90_config(name));
         const double ms = run_tokens(*layer, quick, Ceilings{1, 1}, T, size_t(prop.l2CacheSize), host).graph_ms;
         std::printf("  %s %.4f", name.c_str(), ms);
