@@ -8,8 +8,9 @@
 //   kOneLane    __syncwarp, then lane 0 arrives (`empty` counts 1)
 //   kFenced     the same after fence.proxy.async.shared::cta
 //   kEveryLane  every lane arrives (`empty` counts 32), so each thread's arrive releases its own reads
-// On an H200 (session 6, bench/results/2026-11-30_h200_racecheck_release.txt) racecheck reported lds
-// against bulk_g2s on the first two and nothing on kEveryLane: it does not carry the other lanes'
+// On an H200 (session 6, bench/results/2026-11-30_h200_racecheck_release.txt) racecheck reported
+// races at the probe's lds on the first two (on the kernels the same reports name lds against
+// bulk_g2s: ..._run1_overlap_two-ctas_d38a910.txt) and nothing on kEveryLane: it does not carry the other lanes'
 // reads through __syncwarp into lane 0's release. The sm90 kernels release the kEveryLane way.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>

@@ -88,9 +88,10 @@ Sm90Config select_config(const ConfigInput& in) {
   //                T=1024 (64):  BN80 0.247     BN96 0.262    BN128_C4 0.302 BN64c2 0.304
   //                T=1536 (96):  BN128_C4 0.328 BN112 0.335   BN96 0.383     BN80 0.450
   //   gpt-oss-120b T=2048 (64):  BN80 1.026     BN96 1.115    BN112 1.137    BN128db 1.264
-  // and with BN80 the default at 41-72 rows (same file, run 4):
+  // and with BN64 the default at 41-56 rows and BN80 at 57-72 (same file, run 4, another H200):
   //   DeepSeek-R1  T=1792 (56):  BN64c2 3.517   BN80 3.523    BN128db 3.770  BN96 3.869
-  //                T=2048 (64):  BN80 3.590 (the default's bench row; BN96 4.023 in run 3)
+  //                T=2048 (64):  BN80 3.590 (run 4's bench row, 2026-11-30_h200_run4_2364131.txt;
+  //                              BN96 4.023 in run 3's --tune on another H200)
   //   Qwen3-30B    T=896 (56):   BN80 0.239     BN64c2 0.244   BN96 0.256
   //                T=1152 (72):  BN96 0.269     BN80 0.288     BN128_C4 0.309
   //                T=1280 (80):  BN96 0.278     BN128_C4 0.316 BN80 0.350

@@ -33,13 +33,14 @@ struct ConfigInput {
 //   decode  <= 8 rows per expert -> BN 16, 4 consumer warpgroups, 6 stages of 2 K chunks (bandwidth-bound)
 //   small   <= 24                -> BN 32, 4 consumers, 5 stages of 2 chunks
 //   medium  <= 40                -> BN 48, 4 consumers, 5 stages of 2 chunks
+//   medium  <= 56                -> BN 64, 4 consumers, 4 stages of 2 chunks
+//   large   <= 64                -> BN 80, 4 consumers, 6 stages
 //   large   <= 80                -> BN 96, 4 consumers, 6 stages
 //   prefill >  80                -> BN 128, 4 consumers (a 256-row weight tile), 5 stages
 // BN16/32/48 (4 consumers) and BN128 with 2 consumers double-buffer their A fragments (name suffix
 // "_db"); BN16/32/48/64 put two K chunks in a pipeline stage (suffix "_c2", not to be confused with
 // "_C2", 2 consumers).
-// BN 64 (4 consumers), BN 128 with 2 consumers and BN 256 (2 consumers) are compiled as tuning
-// candidates only; BN 16 with 2 consumers serves decode over few tiles (narrow_for_few_tiles).
+// BN 128 with 2 consumers and BN 256 (2 consumers) are compiled as tuning candidates only; BN 16 with 2 consumers serves decode over few tiles (narrow_for_few_tiles).
 // (thresholds measured with fp4moe-bench --tune on an H200: see config.cpp)
 // Only BN 128 with 2 consumers buckets its tiles' wgmma N: each bucket is another inlined K loop, and
 // elsewhere ptxas ran out of registers and serialized every wgmma (C7512; scripts/ptxas-check.sh).

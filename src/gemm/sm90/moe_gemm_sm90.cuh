@@ -32,9 +32,10 @@ namespace gmma = cute::SM90::GMMA;
 
 // Releases a pipeline stage after this thread's reads of it: every consumer thread arrives (`empty`
 // counts kConsumers * 128). An mbarrier arrive releases the arriving thread's own prior accesses
-// only, so one arrival per warp would leave the other lanes' reads formally unordered before the
-// producer's next bulk copy into the stage (compute-sanitizer's racecheck reported exactly that
-// pair, lds against bulk_g2s, on the one-lane release; tests/test_pipeline_probe_gpu.cu).
+// only: one arrival per warp with no __syncwarp before it (the kernels until session 6) left the
+// other lanes' reads formally unordered before the producer's next bulk copy into the stage. With a
+// __syncwarp first it is correct by the PTX model, but compute-sanitizer's racecheck still reports
+// lds against bulk_g2s on it, and nothing on this release (tests/test_pipeline_probe_gpu.cu).
 __device__ __forceinline__ void release_stage(uint64_t* empty_bar) { mbar_arrive(empty_bar); }
 
 // Tile metadata is cached in shared memory; routing caps the expert count at 512.

@@ -16,7 +16,7 @@ const std::vector<Sm90Config>& compiled_configs() {
       // slots (stages x chunks) as the one-chunk builds they replaced.
       {16, 4, 6, 1, "decode: <= 8 rows per expert", true, 2},
       {32, 4, 5, 1, "small: <= 24 rows per expert", true, 2},
-      {64, 4, 4, 1, "medium: <= 56 rows per expert", false, 2},
+      {64, 4, 4, 1, "medium: 41-56 rows per expert", false, 2},
       {128, 2, 6, 1, "BN128 x 2 consumers (tuning candidate)", true},
       // 4 consumers: a 256-row weight tile, half the activation bytes per MMA of BN128_C2 (single-
       // buffered fragments, 112 registers a consumer; no N = 64 size for small tiles, which made
@@ -36,8 +36,8 @@ const std::vector<Sm90Config>& compiled_configs() {
       // Decode over few tiles (narrow_for_few_tiles, per GEMM): 2 consumers, 8 stages of 2 chunks.
       {16, 2, 8, 1, "decode, few tiles: 2 consumers", true, 2},
       // An 80-token tile of the BN96 kind: 5-8% faster than BN96 at 64 rows per expert on Qwen3-30B and
-      // gpt-oss-120b in one run, DeepSeek-R1 T=2048 3.59 ms against BN96's 4.02 in another
-      // (bench/results/2026-11-30_h200_tune_bn80.txt). A BN112 of the same kind was 2% slower than
+      // gpt-oss-120b in one run (bench/results/2026-11-30_h200_tune_bn80.txt); DeepSeek-R1 T=2048 took
+      // 3.59 ms with it against BN96's 4.02 in another run, on another H200. A BN112 of the same kind was 2% slower than
       // BN128_C4 at 96 rows per expert (Qwen3-30B) and was not kept.
       {80, 4, 6, 1, "large: 57-64 rows per expert"},
   };
