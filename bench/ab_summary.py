@@ -4,7 +4,7 @@
 Usage: bench/ab_summary.py DIR    (DIR holds <label>_<preset>_<rep>.json, label "base" or "head")
 
 Per preset and token count: the median graph-replay ms of each build over its repetitions, the
-change of head against base, and whether the repetitions overlap (two H200s differ by up to 5%, and
+change of head against base, and whether the repetitions overlap (two H200s differ by up to 6%, and
 one GPU's repetitions by 1-3%: a change inside that spread is noise, not a result).
 """
 import glob

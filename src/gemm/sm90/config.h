@@ -40,7 +40,8 @@ struct ConfigInput {
 // BN16/32/48 (4 consumers) and BN128 with 2 consumers double-buffer their A fragments (name suffix
 // "_db"); BN16/32/48/64 put two K chunks in a pipeline stage (suffix "_c2", not to be confused with
 // "_C2", 2 consumers).
-// BN 128 with 2 consumers and BN 256 (2 consumers) are compiled as tuning candidates only; BN 16 with 2 consumers serves decode over few tiles (narrow_for_few_tiles).
+// BN 128 with 2 consumers and BN 256 (2 consumers) are compiled as tuning candidates only; BN 16
+// with 2 consumers serves decode over few tiles (narrow_for_few_tiles).
 // (thresholds measured with fp4moe-bench --tune on an H200: see config.cpp)
 // Only BN 128 with 2 consumers buckets its tiles' wgmma N: each bucket is another inlined K loop, and
 // elsewhere ptxas ran out of registers and serialized every wgmma (C7512; scripts/ptxas-check.sh).

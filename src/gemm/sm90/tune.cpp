@@ -37,8 +37,8 @@ const std::vector<Sm90Config>& compiled_configs() {
       {16, 2, 8, 1, "decode, few tiles: 2 consumers", true, 2},
       // An 80-token tile of the BN96 kind: 5-8% faster than BN96 at 64 rows per expert on Qwen3-30B and
       // gpt-oss-120b in one run (bench/results/2026-11-30_h200_tune_bn80.txt); DeepSeek-R1 T=2048 took
-      // 3.59 ms with it against BN96's 4.02 in another run, on another H200. A BN112 of the same kind was 2% slower than
-      // BN128_C4 at 96 rows per expert (Qwen3-30B) and was not kept.
+      // 3.59 ms with it against BN96's 4.02 in another run, on another H200. A BN112 of the same kind
+      // was 2% slower than BN128_C4 at 96 rows per expert (Qwen3-30B) and was not kept.
       {80, 4, 6, 1, "large: 57-64 rows per expert"},
   };
   return kConfigs;
