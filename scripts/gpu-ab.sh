@@ -5,13 +5,16 @@
 # Runs on the GPU machine from the repository root. Usage:
 #   scripts/gpu-ab.sh deepseek-r1:1,8,128 qwen3-30b-a3b:1,512 ...
 # env: FP4MOE_AB_REPS (repetitions per build, default 2), FP4MOE_AB_ARGS (more fp4moe-bench arguments,
-# default "--routing random"), CUDA_VISIBLE_DEVICES as usual. Writes $OUT/ab/*.json and
+# default "--routing random"), FP4MOE_AB_BASE_BIN (the base binary, default gpubin/base/fp4moe-bench;
+# gpubin/bin/fp4moe-bench with FP4MOE_AB_BASE_ARGS compares one build's options, e.g.
+# FP4MOE_AB_BASE_ARGS=--no-tail-tiles), FP4MOE_AB_BASE_ARGS (more arguments for the base runs only),
+# CUDA_VISIBLE_DEVICES as usual. Writes $OUT/ab/*.json and
 # $OUT/ab/summary.md; exits non-zero when a run failed.
 set -u
 out=${OUT:-/tmp/fp4moe-out}/ab
 mkdir -p "$out"
 if [ ! -d gpubin/bin ] && [ -f gpubin/bin.tar.gz ]; then tar -C gpubin -xzf gpubin/bin.tar.gz; fi
-head_bin=gpubin/bin/fp4moe-bench base_bin=gpubin/base/fp4moe-bench
+head_bin=gpubin/bin/fp4moe-bench base_bin=${FP4MOE_AB_BASE_BIN:-gpubin/base/fp4moe-bench}
 for b in "$head_bin" "$base_bin"; do
   [ -x "$b" ] || { echo "gpu-ab: $b is missing (stage with FP4MOE_STAGE_BASE=REV scripts/stage-gpu.sh)"; exit 2; }
 done
@@ -21,8 +24,9 @@ for spec in "$@"; do
   preset=${spec%%:*} tokens=${spec#*:}
   for rep in $(seq 1 "${FP4MOE_AB_REPS:-2}"); do
     for label in base head; do
-      b=$head_bin; [ $label = base ] && b=$base_bin
-      timeout 300 "$b" --preset "$preset" --tokens "$tokens" ${FP4MOE_AB_ARGS:---routing random} \
+      b=$head_bin extra=
+      [ $label = base ] && b=$base_bin extra=${FP4MOE_AB_BASE_ARGS:-}
+      timeout 300 "$b" --preset "$preset" --tokens "$tokens" ${FP4MOE_AB_ARGS:---routing random} $extra \
         --json "$out/${label}_${preset}_${rep}.json" > "$out/${label}_${preset}_${rep}.log" 2>&1
       rc=$?
       # (without a GPU fp4moe-bench runs the CPU reference and writes no JSON: a failure here)

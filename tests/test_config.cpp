@@ -130,6 +130,26 @@ TEST(SelectConfig, NarrowsTheDecodeConfigOnlyForFewTiles) {
   EXPECT_EQ(compiled_configs()[kNarrowDecodeConfig].tile_tokens, bn16.tile_tokens);
 }
 
+TEST(SelectConfig, TailTilesOnlyBehindTilesOf128OrMore) {
+  // The tail config's tile holds every tail the plan cuts off (tail_rows = its tile tokens).
+  const Sm90Config& tail_cfg = compiled_configs()[kTailConfig];
+  EXPECT_EQ(tail_cfg.tile_tokens, kTailRows);
+  EXPECT_EQ(tail_cfg.name(), "BN32_C4_S5_x1_db_c2");
+  for (const Sm90Config& c : compiled_configs()) {
+    const auto tail = select_tail(c);
+    if (c.tile_tokens >= 128) {
+      ASSERT_TRUE(tail.has_value()) << c.name();
+      EXPECT_EQ(tail->name(), tail_cfg.name()) << c.name();
+      EXPECT_LT(tail->tile_tokens, c.tile_tokens) << c.name();
+    } else {
+      EXPECT_FALSE(tail.has_value()) << c.name();
+    }
+  }
+  // DeepSeek-R1 prefill (BN128 x 4 consumers) has tails; decode does not.
+  EXPECT_TRUE(select_tail(select_config(deepseek(8192))).has_value());
+  EXPECT_FALSE(select_tail(select_config(deepseek(128))).has_value());
+}
+
 TEST(SelectConfig, SplitKWorkspaceOnlyWhenAskedFor) {
   const WorkspaceLayout off = WorkspaceLayout::make(64, 8, 256, 7168, 2048);
   const WorkspaceLayout on = WorkspaceLayout::make(64, 8, 256, 7168, 2048, true);

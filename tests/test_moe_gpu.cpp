@@ -25,6 +25,7 @@ struct GpuRun {
   std::vector<uint16_t> out;
   std::vector<int32_t> ids;
   std::vector<float> weights;
+  int32_t tail_tiles = -1;  // the plan's tail tiles (tail_start[E_local]); -1 at T = 0
 };
 
 // Runs one forward from logits (or precomputed routing) and returns the output and the routing used.
@@ -53,6 +54,12 @@ void run_forward(const MoeLayer& layer, const std::vector<uint16_t>& hidden, con
   ASSERT_OK(layer.check_device_errors(ws.get(), nullptr));
   run->out = dout.download();
   run->out.resize(size_t(T * p.hidden_size));
+  if (T > 0) {
+    const WorkspaceLayout l = WorkspaceLayout::make(p.max_tokens, p.top_k(), layer.num_local_experts(),
+                                                    p.hidden_size, layer.local_intermediate_size());
+    CUDA_ASSERT(cudaMemcpy(&run->tail_tiles, ws.get() + l.tail_start + 4 * size_t(layer.num_local_experts()), 4,
+                           cudaMemcpyDeviceToHost));
+  }
   if (topk_ids) {
     run->ids = *topk_ids;
     run->weights = *topk_weights;
@@ -419,6 +426,74 @@ TEST(MoeGpu, EveryCompiledSm90ConfigGivesTheSameBits) {
       }
     }
     ASSERT_OK(layer->force_sm90_config(""));
+  }
+}
+
+// Tail tiles (LayerOptions::tail_tiles): behind a token tile of 128 or more, an expert's last tile of
+// at most 32 rows past full ones runs in a second, BN32 launch. Expert counts straddle the cut (128
+// exactly, 129, 160 = 128 + 32, 161, 257, 288 = 256 + 32, one row), the rest random-ish; every config
+// with tails, in both modes, must give the bits of the same config without tails and match the
+// reference, and the plan must have cut exactly the expected tails.
+TEST(MoeGpu, TailTilesGiveTheBitsOfWholeTiles) {
+  FP4MOE_REQUIRE_GPU();
+  for (Mode mode : {Mode::kW4A16, Mode::kW4A4}) {
+    MoeProblem full;
+    ASSERT_OK(get_preset("deepseek-r1", &full));
+    MoeProblem p = scaled_preset(full, 16);
+    p.mode = mode;
+    const int64_t T = 300;
+    p.max_tokens = T;
+    const int E = p.num_experts(), K = p.top_k();
+    ASSERT_EQ(K, 8);
+    const uint64_t seed = testing::test_seed() + 41;
+    const HostMoeWeights hw = make_random_weights(p, seed);
+    auto rng = make_rng(seed);
+    auto hidden = testing::random_hidden(rng, T, p.hidden_size);
+    // Slot k of token t goes to expert k while t < limit[k]; other slots spread over experts 7..E-1
+    // (distinct within a token: 7 (8t + k) mod (E - 7) differs for k != k').
+    const int64_t limit[7] = {129, 160, 161, 288, 257, 128, 1};
+    std::vector<int32_t> ids(size_t(T) * K);
+    std::vector<float> w(ids.size());
+    for (int64_t t = 0; t < T; ++t)
+      for (int k = 0; k < K; ++k) {
+        const bool pinned = k < 7 && t < limit[k];
+        ids[t * K + k] = pinned ? k : 7 + int32_t((7 * (8 * t + k)) % (E - 7));
+        w[t * K + k] = 0.1f + 0.02f * k;
+      }
+    // Tails behind 128-token tiles: 129 (1 row), 160 (32), 257 (1 past 256) and 288 (32); 161 keeps
+    // its last tile (33 rows past 128), and 128 has none. Behind BN256: only 257 and 288.
+    std::vector<int> counts(size_t(E), 0);
+    for (int32_t id : ids) ++counts[size_t(id)];
+    auto expected_tails = [&](int bn) {
+      int n = 0;
+      for (int c : counts) n += c > bn && c % bn > 0 && c % bn <= 32;
+      return n;
+    };
+    ASSERT_GE(expected_tails(128), 4);
+    for (const std::string& name : MoeLayer::sm90_config_names()) {
+      const auto cfg = sm90::config_by_name(name);
+      ASSERT_TRUE(cfg.has_value()) << name;
+      if (cfg->tile_tokens < 128) continue;
+      GpuRun runs[2];
+      for (bool tails : {false, true}) {
+        LayerOptions opt;
+        opt.path = KernelPath::kSm90;
+        opt.tail_tiles = tails;
+        std::unique_ptr<MoeLayer> layer;
+        Status st = MoeLayer::create_dummy(p, seed, opt, &layer);
+        if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.to_string();
+        ASSERT_OK(st);
+        ASSERT_OK(layer->force_sm90_config(name));
+        const std::string gemm1 = layer->kernel_info(T).gemm1;
+        EXPECT_EQ(gemm1.find(", tail BN32") != std::string::npos, tails) << gemm1;
+        run_forward(*layer, hidden, {}, T, &runs[tails], &ids, &w);
+        const std::string what = std::string(to_string(mode)) + " " + name + (tails ? " with tails" : " whole tiles");
+        EXPECT_EQ(runs[tails].tail_tiles, tails ? expected_tails(cfg->tile_tokens) : 0) << what;
+        expect_matches_reference(p, hw, {}, hidden, runs[tails], T, what);
+      }
+      EXPECT_EQ(std::memcmp(runs[0].out.data(), runs[1].out.data(), runs[0].out.size() * 2), 0)
+          << to_string(mode) << " " << name << ": tails change the bits";
+    }
   }
 }
 

@@ -58,6 +58,7 @@ struct Options {
   std::string tune_file;        // --tune-file FILE: use measured choices
   std::vector<std::string> tune_only;  // --tune-only A,B: measure only these compiled configs
   bool split_k = false;         // --split-k: LayerOptions::split_k
+  bool tail_tiles = true;       // --no-tail-tiles: LayerOptions::tail_tiles off
   std::string argv;
 };
 
@@ -69,7 +70,7 @@ struct Options {
                "                    [--scale F] [--routing model|random] [--tune FILE [--tune-only NAME,NAME]]\n"
                "                    [--tune-file FILE]\n"
                "                    [--checkpoint DIR [--layer L]]\n"
-               "                    [--split-k] [--verbose]\n",
+               "                    [--split-k] [--no-tail-tiles] [--verbose]\n",
                msg);
   std::exit(2);
 }
@@ -131,6 +132,7 @@ Options parse(int argc, char** argv) {
     }
     else if (a == "--verbose") o.verbose = true;
     else if (a == "--split-k") o.split_k = true;
+    else if (a == "--no-tail-tiles") o.tail_tiles = false;
     else if (a == "--json") o.json = value();
     else if (a == "--iters") o.iters = std::max<int>(1, int(integer(value())));
     else if (a == "--warmup") o.warmup = int(integer(value()));
@@ -493,6 +495,7 @@ void write_json(const Options& o, const MoeProblem& p, const char* gpu, const Ce
   f << "{\n  \"tool\": \"fp4moe-bench\",\n  \"date\": \"" << now_utc() << "\",\n  \"commit\": \"" << commit()
     << "\",\n  \"gpu\": \"" << gpu << "\",\n  \"command\": \"" << o.argv << "\",\n  \"preset\": \"" << p.name
     << "\",\n  \"mode\": \"" << to_string(p.mode) << "\",\n  \"split_k\": " << (o.split_k ? "true" : "false")
+    << ",\n  \"tail_tiles\": " << (o.tail_tiles ? "true" : "false")
     << ",\n  \"routing\": \"" << (o.random_routing ? "random" : "model")
     << "\",\n  \"ceilings\": {\"copy_TBps\": " << c.copy_tbps
     << ", \"bf16_mm_TFLOPs\": " << c.bf16_tflops << "},\n  \"rows\": [\n";
@@ -599,6 +602,7 @@ int main(int argc, char** argv) {
   lo.path = o.path;
   lo.tune_file = o.tune_file;
   lo.split_k = o.split_k;
+  lo.tail_tiles = o.tail_tiles;
   std::unique_ptr<MoeLayer> layer;
   const HostMoeWeights* host = o.checkpoint.empty() ? nullptr : &loaded;
   auto make_layer = [&] {

@@ -40,6 +40,10 @@ struct LayerOptions {
   // not bit-identical to the unsplit forward, and the split depends on the batch's token count, so a
   // token's output bits then depend on how many tokens share its batch. Off by default.
   bool split_k = false;
+  // Tail tiles (sm90, prefill): where the token tile is 128 or more, an expert's last tile holding at
+  // most 32 rows past full ones runs in a second, narrower launch instead of a whole 128-wide tile.
+  // Same bits either way; off only to measure it.
+  bool tail_tiles = true;
 };
 
 struct ForwardArgs {
@@ -62,7 +66,8 @@ struct ForwardArgs {
 // What ran, for --verbose, the JSON and the Python binding.
 struct KernelInfo {
   KernelPath path = KernelPath::kSimt;
-  std::string gemm1;  // kernel and config names (", split-K N" when LayerOptions::split_k splits it)
+  std::string gemm1;  // kernel and config names (", split-K N" when LayerOptions::split_k splits it,
+                      // ", tail CONFIG" with LayerOptions::tail_tiles where tails run separately)
   std::string gemm2;
   std::string regime; // e.g. "decode: <= 8 rows per expert"
 };

@@ -6,7 +6,10 @@
 // GEMM2: y = weight * (alpha2[e] * W2_e h + b2), bf16 row-major [rows_cap, H], weight = the pair's
 //        router weight (1 when it was applied to the input).
 // Token tiles: expert e's rows are cut into tiles of `tile_tokens`; tile_start (from the plan kernel)
-// numbers them across experts.
+// numbers them across experts. With tail tiles (PermuteParams::tail_rows), an expert whose last tile
+// would hold at most tail_rows rows past a full one loses that tile: its last full tile stops at a
+// multiple of tile_tokens, and a second launch of a narrower config (tail_of = the first launch's
+// tile_tokens) runs those rows, one tile per such expert, numbered by tail_start.
 #pragma once
 
 #include <cstdint>
@@ -42,6 +45,9 @@ struct MoeGemmParams {
   // ranges, run as separate work units; the last unit of a tile to finish sums the fp32 partials in
   // range order and runs the epilogue. 1: off.
   int split_k1 = 1, split_k2 = 1;
+  // Tail launch (sm90): 0, or the tile_tokens of the main launch whose experts' tails this one runs
+  // (their rows from the last multiple of tail_of on; tiles numbered by ws.tail_start).
+  int tail_of = 0;
 };
 
 // Which expert and rows a token tile covers (tile numbering from the plan kernel's tile_start).
@@ -52,7 +58,10 @@ struct TileCoord {
 };
 
 #if defined(__CUDACC__)
-// tile_start: the plan's table, in global memory or a shared-memory copy of it.
+// tile_start: the plan's table (tile_start, or tail_start for a tail launch), in global memory or a
+// shared-memory copy of it. kTails: the kernel may run a tail launch (compiled only where it can: the
+// extra code made ptxas spill the 4-consumer BN128 kernel).
+template <bool kTails = false>
 __device__ __forceinline__ TileCoord find_tile(const MoeGemmParams& p, const int32_t* tile_start, int64_t tile) {
   if (tile >= tile_start[p.num_local_experts]) return {-1, 0, 0};
   int lo = 0, hi = p.num_local_experts;  // the e with tile_start[e] <= tile < tile_start[e + 1]
@@ -60,6 +69,10 @@ __device__ __forceinline__ TileCoord find_tile(const MoeGemmParams& p, const int
     const int mid = (lo + hi) / 2;
     if (tile_start[mid] <= tile) lo = mid;
     else hi = mid;
+  }
+  if (kTails && p.tail_of > 0) {  // the one tail tile of expert lo: its rows past the last multiple of tail_of
+    const int32_t count = p.ws.counts[lo];
+    return {lo, p.ws.seg_start[lo] + count / p.tail_of * p.tail_of, count % p.tail_of};
   }
   const int32_t within = int32_t(tile - tile_start[lo]);
   const int32_t rows = p.ws.counts[lo] - within * p.tile_tokens;

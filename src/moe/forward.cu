@@ -78,6 +78,11 @@ struct MoeLayer::Impl {
     };
     return {pick(weights.g1), pick(weights.g2)};
   }
+  // The config of the tail launches (LayerOptions::tail_tiles, sm90::select_tail), or nothing.
+  std::optional<sm90::Sm90Config> tail_config(const sm90::Sm90Config& main) const {
+    if (!options.tail_tiles || path != KernelPath::kSm90) return std::nullopt;
+    return sm90::select_tail(main);
+  }
   // Split-K ranges of GEMM1 (gemm1) or GEMM2 for a forward of num_tokens with config c (1: none).
   int split_k(int64_t num_tokens, const sm90::Sm90Config& c, bool gemm1) const {
     if (!options.split_k || path != KernelPath::kSm90) return 1;
@@ -192,8 +197,10 @@ KernelInfo MoeLayer::kernel_info(int64_t num_tokens) const {
       const int s = impl_->split_k(num_tokens, c, gemm1);
       return s > 1 ? ", split-K " + std::to_string(s) : std::string();
     };
-    k.gemm1 = "sm90_moe_gemm1_wgmma_rs(" + c1.name() + split(c1, true) + ")";
-    k.gemm2 = "sm90_moe_gemm2_wgmma_rs(" + c2.name() + split(c2, false) + ")";
+    const auto tail = impl_->tail_config(c1);
+    const std::string tail_name = tail ? ", tail " + tail->name() : std::string();
+    k.gemm1 = "sm90_moe_gemm1_wgmma_rs(" + c1.name() + split(c1, true) + tail_name + ")";
+    k.gemm2 = "sm90_moe_gemm2_wgmma_rs(" + c2.name() + split(c2, false) + tail_name + ")";
     k.regime = c1.regime;
     if (c2.name() != c1.name()) k.regime += std::string("; GEMM2 ") + c2.regime;
     return k;
@@ -330,6 +337,9 @@ Status MoeLayer::forward(const ForwardArgs& a, void* workspace, size_t workspace
   std::pair<sm90::Sm90Config, sm90::Sm90Config> cfg;
   if (m.path == KernelPath::kSm90) cfg = m.sm90_gemm_configs(T);
   pp.tile_tokens = m.path == KernelPath::kSm90 ? cfg.first.tile_tokens : kSimtTileTokens;
+  // Both GEMMs have the same tile tokens; their tails run in launches of their own.
+  const std::optional<sm90::Sm90Config> tail = m.path == KernelPath::kSm90 ? m.tail_config(cfg.first) : std::nullopt;
+  pp.tail_rows = tail ? tail->tile_tokens : 0;
   pp.w4a4 = p.mode == Mode::kW4A4;
   pp.weight_on_input = p.apply_router_weight_on_input();
   pp.a1_gs = m.weights.a1_gs;
@@ -366,8 +376,17 @@ Status MoeLayer::forward(const ForwardArgs& a, void* workspace, size_t workspace
     const auto& [cfg1, cfg2] = cfg;
     g.split_k1 = m.split_k(T, cfg1, true);
     g.split_k2 = m.split_k(T, cfg2, false);
+    MoeGemmParams gt = g;  // the tail launches: at most one tile per expert with more than a tile of rows
+    if (tail) {
+      gt.tail_of = g.tile_tokens;
+      gt.tile_tokens = tail->tile_tokens;
+      gt.max_tiles = std::min<int64_t>(m.shard.num_local_experts, T * K / (g.tile_tokens + 1));
+      gt.split_k1 = gt.split_k2 = 1;
+    }
     FP4MOE_RETURN_IF_ERROR(sm90::launch_gemm1(g, cfg1, m.num_sms, stream));
+    if (tail) FP4MOE_RETURN_IF_ERROR(sm90::launch_gemm1(gt, *tail, m.num_sms, stream));
     FP4MOE_RETURN_IF_ERROR(sm90::launch_gemm2(g, cfg2, m.num_sms, stream));
+    if (tail) FP4MOE_RETURN_IF_ERROR(sm90::launch_gemm2(gt, *tail, m.num_sms, stream));
   } else {
     FP4MOE_RETURN_IF_ERROR(launch_gemm1_simt(g, stream));
     FP4MOE_RETURN_IF_ERROR(launch_gemm2_simt(g, stream));

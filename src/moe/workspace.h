@@ -42,6 +42,7 @@ struct WorkspaceLayout {
   size_t counts = 0;       // int32 [E_local]: routed pairs per local expert; [E_local] = bad-id count
   size_t seg_start = 0;    // int32 [E_local + 1]: first row of each expert's segment (multiple of 8)
   size_t tile_start = 0;   // int32 [E_local + 1]: first token tile of each expert (for the run's tile size)
+  size_t tail_start = 0;   // int32 [E_local + 1]: first tail tile of each expert (PermuteParams::tail_rows)
   size_t pair_row = 0;     // int32 [max_pairs]: row of a (token, slot) pair, -1 if not local
   size_t row_pair = 0;     // int32 [rows_cap]: pair of a row (valid rows only)
   size_t x = 0;            // bf16 tiled [x_k/64][rows_cap][64]
@@ -74,6 +75,7 @@ struct WorkspaceLayout {
     w.counts = take(4 * e1);
     w.seg_start = take(4 * e1);
     w.tile_start = take(4 * e1);
+    w.tail_start = take(4 * e1);
     w.pair_row = take(4 * size_t(w.max_pairs));
     w.row_pair = take(4 * size_t(w.rows_cap));
     w.x = take(2 * size_t(w.rows_cap) * size_t(w.x_k));
@@ -94,6 +96,7 @@ struct WorkspacePtrs {
   int32_t* counts;
   int32_t* seg_start;
   int32_t* tile_start;
+  int32_t* tail_start;
   int32_t* pair_row;
   int32_t* row_pair;
   uint16_t* x;
@@ -106,7 +109,8 @@ struct WorkspacePtrs {
     char* b = static_cast<char*>(base);
     return {reinterpret_cast<int32_t*>(b + l.topk_ids), reinterpret_cast<float*>(b + l.topk_weights),
             reinterpret_cast<int32_t*>(b + l.counts),   reinterpret_cast<int32_t*>(b + l.seg_start),
-            reinterpret_cast<int32_t*>(b + l.tile_start), reinterpret_cast<int32_t*>(b + l.pair_row),
+            reinterpret_cast<int32_t*>(b + l.tile_start), reinterpret_cast<int32_t*>(b + l.tail_start),
+            reinterpret_cast<int32_t*>(b + l.pair_row),
             reinterpret_cast<int32_t*>(b + l.row_pair),
             reinterpret_cast<uint16_t*>(b + l.x),       reinterpret_cast<uint16_t*>(b + l.h),
             reinterpret_cast<uint16_t*>(b + l.y),       reinterpret_cast<float*>(b + l.split_partial),

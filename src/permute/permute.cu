@@ -40,34 +40,40 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PermuteParams p) {
     if (local >= 0 && local < num_local) atomicAdd(&smem_counts[local], 1);
   }
   __syncthreads();
-  // Warp 0 scans the padded counts and the token-tile counts in chunks of 32 experts.
+  // Warp 0 scans the padded counts and the token-tile and tail-tile counts in chunks of 32 experts.
   if (threadIdx.x < 32) {
     const int lane = threadIdx.x;
-    int32_t row_base = 0, tile_base = 0;
+    int32_t row_base = 0, tile_base = 0, tail_base = 0;
     for (int e0 = 0; e0 < num_local; e0 += 32) {
       const int e = e0 + lane;
       const int32_t count = e < num_local ? smem_counts[e] : 0;
       const int32_t rows = (count + 7) / 8 * 8;
-      const int32_t tiles = (count + p.tile_tokens - 1) / p.tile_tokens;
-      int32_t rows_incl = rows, tiles_incl = tiles;
+      const int32_t rest = count % p.tile_tokens;
+      const int32_t tail = count > p.tile_tokens && rest > 0 && rest <= p.tail_rows ? 1 : 0;
+      const int32_t tiles = (count + p.tile_tokens - 1) / p.tile_tokens - tail;
+      int32_t rows_incl = rows, tiles_incl = tiles, tails_incl = tail;
 #pragma unroll
       for (int d = 1; d < 32; d *= 2) {
         const int32_t r = __shfl_up_sync(0xffffffffu, rows_incl, d);
         const int32_t t = __shfl_up_sync(0xffffffffu, tiles_incl, d);
-        if (lane >= d) rows_incl += r, tiles_incl += t;
+        const int32_t u = __shfl_up_sync(0xffffffffu, tails_incl, d);
+        if (lane >= d) rows_incl += r, tiles_incl += t, tails_incl += u;
       }
       if (e < num_local) {
         p.ws.counts[e] = count;
         p.ws.seg_start[e] = row_base + rows_incl - rows;
         smem_counts[e] = row_base + rows_incl - rows;  // from here on: expert e's placement cursor
         p.ws.tile_start[e] = tile_base + tiles_incl - tiles;
+        p.ws.tail_start[e] = tail_base + tails_incl - tail;
       }
       row_base += __shfl_sync(0xffffffffu, rows_incl, 31);
       tile_base += __shfl_sync(0xffffffffu, tiles_incl, 31);
+      tail_base += __shfl_sync(0xffffffffu, tails_incl, 31);
     }
     if (lane == 0) {
       p.ws.seg_start[num_local] = row_base;
       p.ws.tile_start[num_local] = tile_base;
+      p.ws.tail_start[num_local] = tail_base;
       p.ws.counts[num_local] = bad_ids;  // read by MoeLayer::check_device_errors()
     }
   }
@@ -185,6 +191,8 @@ __global__ void __launch_bounds__(kRowThreads) finalize_kernel(PermuteParams p, 
 }  // namespace
 
 Status launch_plan(const PermuteParams& p, cudaStream_t stream) {
+  if (p.tile_tokens <= 0 || p.tail_rows < 0 || (p.tail_rows > 0 && p.tail_rows >= p.tile_tokens))
+    return internal_error("plan: tile_tokens ", p.tile_tokens, " with tail_rows ", p.tail_rows);
   const size_t smem = sizeof(int32_t) * size_t(p.num_local_experts);
   return launch_pdl(plan_kernel, dim3(1), dim3(kPlanThreads), smem, stream, p);
 }

@@ -1,8 +1,8 @@
 // Routing plan, permutation (with w4a4 activation quantization fused) and the final combine.
 //
 //   plan:     one CTA counts the pairs routed to each local expert, lays out 8-row-aligned expert
-//             segments and the token-tile prefix, and gives each local pair its row (pair_row,
-//             row_pair);
+//             segments and the token-tile (and tail-tile) prefixes, and gives each local pair its
+//             row (pair_row, row_pair);
 //   permute:  a CTA per routed (token, slot), or per pair and column range for few pairs, copies the
 //             token's row into its expert's segment of the tiled activation buffer (scaled by the
 //             router weight for Llama-4, NVFP4 fake-quantized in w4a4 mode; copied unchanged when
@@ -28,6 +28,10 @@ struct PermuteParams {
   int num_local_experts = 0;
   int64_t inter_local = 0;
   int tile_tokens = 0;       // token tile (BN) of the GEMMs for this forward
+  // Tail tiles (0: none): an expert with more than tile_tokens rows whose last tile would hold at most
+  // tail_rows of them has that tile cut off (tile_start) and numbered in tail_start instead, for a
+  // narrower launch (MoeGemmParams::tail_of). tail_rows < tile_tokens.
+  int tail_rows = 0;
   bool w4a4 = false;
   bool weight_on_input = false;
   // w4a4: hidden rows are already the quantized GEMM1 input (e2m1 code x e4m3 block scale, router

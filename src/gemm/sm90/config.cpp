@@ -29,6 +29,13 @@ Sm90Config narrow_for_few_tiles(const ConfigInput& in, const Sm90Config& c, int6
   return narrow;
 }
 
+std::optional<Sm90Config> select_tail(const Sm90Config& main) {
+  if (main.tile_tokens < 128) return std::nullopt;
+  Sm90Config t = compiled_configs()[kTailConfig];
+  t.regime = "tail: <= 32 rows past a full tile";
+  return t;
+}
+
 int select_split_k(const ConfigInput& in, const Sm90Config& c, int64_t m_units, int64_t k_units) {
   if (c.tile_tokens != 16) return 1;
   const int64_t tiles = max_gemm_tiles(in, c, m_units);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace fp4moe::sm90 {
@@ -64,6 +65,18 @@ constexpr int kNarrowDecodeConfig = 8;
 // (at most min(T*K, T*K/16 + min(T*K, experts)) token tiles times the m-blocks); each SM then gets
 // a K range, up to 8 ranges of at least 4 chunks, at most kMaxSplitUnits work units.
 int select_split_k(const ConfigInput& in, const Sm90Config& c, int64_t m_units, int64_t k_units);
+
+// Tail tiles (LayerOptions::tail_tiles): with a main token tile of 128 or more, an expert whose rows
+// run at most kTailRows past a multiple of the tile (more than one tile's worth) would otherwise spend
+// a whole main-width tile, all of its weights decoded and multiplied again, on those few rows: with
+// uniform routing at 256 rows per expert (DeepSeek-R1 T=8192) half the experts do, and 20% of the
+// main tiles hold at most 32 rows. The plan cuts those tails off, and a second launch of the BN32 config
+// (compiled_configs()[kTailConfig]) runs them, one tile per such expert. Returns that config, or
+// nothing where the main config keeps its tails. Bits do not change (a config changes speed, never
+// results).
+std::optional<Sm90Config> select_tail(const Sm90Config& main);
+constexpr int kTailConfig = 1;
+constexpr int kTailRows = 32;  // the tail config's tile tokens
 
 // The tile sizes instantiated (a dispatch default fails loudly for anything else).
 constexpr int kSupportedTileTokens[] = {16, 32, 48, 64, 80, 96, 128, 256};

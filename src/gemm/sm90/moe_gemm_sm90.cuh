@@ -103,6 +103,8 @@ struct Sm90Traits {
   static constexpr int kSlots = kStages * kChunks;
   static constexpr int kCtasPerSm = kCtasPerSm_;
   static constexpr bool kGemm1 = kGemm1_;
+  // May run tail launches (MoeGemmParams::tail_of; config.h's kTailConfig): the 4-consumer BN32 only.
+  static constexpr bool kRunsTails = kBN == 32 && kConsumers == 4;
 
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kAccRegs = kBN / 2;              // m64 x BN fp32 over 128 threads
@@ -476,7 +478,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   }
   pdl_launch_dependents();
   pdl_wait();  // the permuted activations (GEMM1) or the intermediate (GEMM2), and the plan
-  for (int i = threadIdx.x; i <= p.num_local_experts; i += blockDim.x) tile_start[i] = p.ws.tile_start[i];
+  const int32_t* plan_tiles = T::kRunsTails && p.tail_of > 0 ? p.ws.tail_start : p.ws.tile_start;
+  for (int i = threadIdx.x; i <= p.num_local_experts; i += blockDim.x) tile_start[i] = plan_tiles[i];
   __syncthreads();
 
   const layout::GemmWeightShape g = T::kGemm1 ? p.g1 : p.g2;
@@ -504,7 +507,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
     for (int64_t w = blockIdx.x; w < num_work; w += gridDim.x) {
       const int64_t t = w / split;
       const int64_t k0 = k_begin(w % split), k1 = k_begin(w % split + 1);
-      const TileCoord tc = find_tile(p, tile_start, t / m_blocks);
+      const TileCoord tc = find_tile<T::kRunsTails>(p, tile_start, t / m_blocks);
       const int mb = int(t % m_blocks);
       const int valid_units = min(T::kConsumers, m_units - mb * T::kConsumers);
       const uint32_t b_bytes = uint32_t(tile_bucket<T>(tc.rows)) * 128;
@@ -559,7 +562,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
     x.tile = t;
     x.split_index = int(w % split);
     x.k_units = __shfl_sync(0xffffffffu, int(k_begin(x.split_index + 1) - k_begin(x.split_index)), 0);
-    TileCoord tc = find_tile(p, tile_start, t / m_blocks);
+    TileCoord tc = find_tile<T::kRunsTails>(p, tile_start, t / m_blocks);
     tc.rows = __shfl_sync(0xffffffffu, tc.rows, 0);
     const int mu = int(t % m_blocks) * T::kConsumers + x.c;
     const bool active = __shfl_sync(0xffffffffu, int(mu < m_units), 0) != 0;
