@@ -6,10 +6,11 @@ o=$OUT; log=$o/a_run1.txt
 tar -C gpubin -xzf gpubin/bin.tar.gz
 export NCCL_NVLS_ENABLE=0
 {
-echo "=== test_moe_gpu"; timeout 150 gpubin/bin/test_moe_gpu 2>&1 | tail -4
-if [ ${PIPESTATUS[0]} != 0 ]; then echo "=== tests failed, stop"; fi
+echo "=== test_moe_gpu"; timeout 200 gpubin/bin/test_moe_gpu > $o/test_moe_gpu.txt 2>&1
+if [ $? != 0 ]; then echo "=== tests failed, stop"; grep -B3 -A12 "Failure\|FAILED\|rror" $o/test_moe_gpu.txt | head -80; fi
+tail -4 $o/test_moe_gpu.txt
 } >> $log 2>&1
-if grep -q "tests failed" $log; then timeout 100 gpubin/bin/test_moe_gpu --gtest_filter='*Tail*' >> $log 2>&1; exit 1; fi
+grep -q "tests failed" $log && exit 1
 echo "=== memcheck tail test" >> $log
 timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 gpubin/bin/test_moe_gpu --gtest_filter='*Tail*' 2>&1 | tail -4 >> $log
 FP4MOE_AB_BASE_BIN=gpubin/bin/fp4moe-bench FP4MOE_AB_BASE_ARGS=--no-tail-tiles FP4MOE_AB_REPS=2 \
