@@ -9,6 +9,7 @@
 #   stalls_<preset>_<T>.txt       with FP4MOE_PROFILE_SOURCE=1 (instead of the two above): GEMM1's warp
 #                                 stall reasons, and per SASS instruction (source page, CSV) the
 #                                 samples of where its warps stalled
+#   breakdown_<preset>_<T>.txt    with FP4MOE_PROFILE_BREAKDOWN=1: only the every-kernel pass (fast)
 #   metrics_<preset>_<T>.txt      with FP4MOE_PROFILE_METRICS=1 (instead of the above): per GEMM kernel
 #                                 the utilization of the units a prefill tile can saturate (tensor
 #                                 pipe, shared-memory wavefronts, L2 and DRAM throughput, issue slots)
@@ -46,6 +47,7 @@ for T in "$@"; do
     grep -iE "stall|warp cycles" "$out/stalls_${preset}_${T}.txt" | head -40
     continue
   fi
+  if [ "${FP4MOE_PROFILE_BREAKDOWN:-0}" != 1 ]; then
   timeout 300 ncu --clock-control none -k regex:moe_gemm_sm90 --launch-count 2 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
     --section Occupancy --section LaunchStats --section InstructionStats --section ComputeWorkloadAnalysis \
@@ -54,8 +56,10 @@ for T in "$@"; do
   ncu --import "$rep.ncu-rep" --page details > "$out/profile_${preset}_${T}.txt" 2>&1
   grep -E "moe_gemm|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|L2 Cache Throughput|Registers Per|Achieved Occupancy|Issued Warp|No Eligible|Issue Slots Busy|Executed Ipc" \
     "$out/profile_${preset}_${T}.txt" | sed 's/^ *//' | cut -c1-150
+  fi
+  # (8 launches: route, plan, permute, GEMM1, its tail launch, GEMM2, its tail launch, finalize)
   timeout 300 ncu --clock-control none -k regex:'route_kernel|plan_kernel|permute_kernel|finalize_kernel|moe_gemm_sm90' \
-    --launch-count 6 --section SpeedOfLight -f -o "$rep.all" "$bin/fp4moe-bench" $bench_args --tokens "$T" > /dev/null 2>&1
+    --launch-count 8 --section SpeedOfLight -f -o "$rep.all" "$bin/fp4moe-bench" $bench_args --tokens "$T" > /dev/null 2>&1
   echo "=== ncu breakdown $preset T=$T exit $?"
   ncu --import "$rep.all.ncu-rep" --page details > "$out/breakdown_${preset}_${T}.txt" 2>&1
   grep -E "^  [a-z_:<>0-9A-Za-z]+.*\(|Duration|DRAM Throughput" "$out/breakdown_${preset}_${T}.txt" | sed 's/^ *//' | cut -c1-120
