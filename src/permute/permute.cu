@@ -16,6 +16,8 @@ namespace {
 
 constexpr int kPlanThreads = 1024;
 constexpr int kRowThreads = 128;
+constexpr int kPlanBatch = 8;     // routed ids a plan thread loads before it uses them
+constexpr int kPermuteBatch = 4;  // 16-element blocks a permute thread loads before it converts them
 
 // One CTA. Shared memory: E_local counters.
 __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PermuteParams p) {
@@ -30,14 +32,26 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PermuteParams p) {
   // The GEMMs' split-K arrival counters start every forward at zero.
   for (int i = threadIdx.x; i < p.layout.split_counters; i += blockDim.x) p.ws.split_count[i] = 0;
   const int64_t num_pairs = p.num_tokens * p.top_k;
-  for (int64_t i = threadIdx.x; i < num_pairs; i += blockDim.x) {
-    const int32_t e = p.ws.topk_ids[i];
-    if (e < 0 || e >= p.num_experts) {
-      atomicAdd(&bad_ids, 1);
-      continue;
+  // The ids are read kPlanBatch at a time before their atomics (the plan took 100 us at 65536 pairs
+  // reading one id at a time).
+  const int64_t batch_stride = int64_t(blockDim.x) * kPlanBatch;
+  for (int64_t i0 = threadIdx.x; i0 < num_pairs; i0 += batch_stride) {
+    int32_t ids[kPlanBatch];
+#pragma unroll
+    for (int j = 0; j < kPlanBatch; ++j) {
+      const int64_t i = i0 + int64_t(j) * blockDim.x;
+      ids[j] = i < num_pairs ? __ldg(p.ws.topk_ids + i) : -1;
     }
-    const int local = e - p.expert_begin;
-    if (local >= 0 && local < num_local) atomicAdd(&smem_counts[local], 1);
+#pragma unroll
+    for (int j = 0; j < kPlanBatch; ++j) {
+      const int32_t e = ids[j];
+      if (e < 0 || e >= p.num_experts) {
+        if (i0 + int64_t(j) * blockDim.x < num_pairs) atomicAdd(&bad_ids, 1);
+        continue;
+      }
+      const int local = e - p.expert_begin;
+      if (local >= 0 && local < num_local) atomicAdd(&smem_counts[local], 1);
+    }
   }
   __syncthreads();
   // Warp 0 scans the padded counts and the token-tile and tail-tile counts in chunks of 32 experts.
@@ -82,15 +96,26 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PermuteParams p) {
   // the order of the shared-memory atomics; no result depends on it: rows are computed independently
   // and finalize sums by slot). Here rather than in the permute, so that the permute can spread one
   // row over several CTAs.
-  for (int64_t i = threadIdx.x; i < num_pairs; i += blockDim.x) {
-    const int32_t e = p.ws.topk_ids[i];
-    const int local = e - p.expert_begin;
-    int32_t row = -1;
-    if (e >= 0 && e < p.num_experts && local >= 0 && local < num_local) {
-      row = atomicAdd(&smem_counts[local], 1);
-      p.ws.row_pair[row] = int32_t(i);
+  for (int64_t i0 = threadIdx.x; i0 < num_pairs; i0 += batch_stride) {
+    int32_t ids[kPlanBatch];
+#pragma unroll
+    for (int j = 0; j < kPlanBatch; ++j) {
+      const int64_t i = i0 + int64_t(j) * blockDim.x;
+      ids[j] = i < num_pairs ? __ldg(p.ws.topk_ids + i) : -1;
     }
-    p.ws.pair_row[i] = row;
+#pragma unroll
+    for (int j = 0; j < kPlanBatch; ++j) {
+      const int64_t i = i0 + int64_t(j) * blockDim.x;
+      if (i >= num_pairs) break;
+      const int32_t e = ids[j];
+      const int local = e - p.expert_begin;
+      int32_t row = -1;
+      if (e >= 0 && e < p.num_experts && local >= 0 && local < num_local) {
+        row = atomicAdd(&smem_counts[local], 1);
+        p.ws.row_pair[row] = int32_t(i);
+      }
+      p.ws.pair_row[i] = row;
+    }
   }
 }
 
@@ -119,30 +144,45 @@ __global__ void __launch_bounds__(kRowThreads) permute_kernel(PermuteParams p) {
   const float gs = p.w4a4 ? p.a1_gs[local] : 1.0f;
   const int64_t x_blocks = p.layout.x_k / 16;
   const int64_t first = int64_t(blockIdx.y) * blockDim.x + threadIdx.x, step = int64_t(gridDim.y) * blockDim.x;
-  for (int64_t b = first; b < x_blocks; b += step) {
-    uint32_t out[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    if (b * 16 < H) {
-      float u[16];
-      const uint4* src = reinterpret_cast<const uint4*>(p.hidden + t * H + b * 16);
-      const uint4 lo = src[0], hi = src[1];
-      const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+  // kPermuteBatch blocks a thread at a time, all loaded before the first is converted.
+  for (int64_t b0 = first; b0 < x_blocks; b0 += kPermuteBatch * step) {
+    uint4 raw[kPermuteBatch][2];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        u[2 * i] = bf16_to_float(uint16_t(w[i] & 0xffff));
-        u[2 * i + 1] = bf16_to_float(uint16_t(w[i] >> 16));
+    for (int j = 0; j < kPermuteBatch; ++j) {
+      const int64_t b = b0 + j * step;
+      if (b < x_blocks && b * 16 < H) {
+        const uint4* src = reinterpret_cast<const uint4*>(p.hidden + t * H + b * 16);
+        raw[j][0] = src[0];
+        raw[j][1] = src[1];
       }
-      // Prequantized rows (w4a4, quantized by the parallel dispatch with the layer's input scale and
-      // the router weight applied) are what the two steps below would produce: copied unchanged.
-      if (p.weight_on_input && !p.prequantized) {
-#pragma unroll
-        for (int i = 0; i < 16; ++i) u[i] = bf16_to_float(float_to_bf16(mul_rn(u[i], weight)));
-      }
-      if (p.w4a4 && !p.prequantized) detail::fake_quantize_nvfp4_block_kernel(u, gs);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) out[i] = pack_bf16x2(u[2 * i], u[2 * i + 1]);
     }
-    store_piece(p.ws.x, row, b * 16, p.layout.rows_cap, make_uint4(out[0], out[1], out[2], out[3]));
-    store_piece(p.ws.x, row, b * 16 + 8, p.layout.rows_cap, make_uint4(out[4], out[5], out[6], out[7]));
+#pragma unroll
+    for (int j = 0; j < kPermuteBatch; ++j) {
+      const int64_t b = b0 + j * step;
+      if (b >= x_blocks) break;
+      uint32_t out[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      if (b * 16 < H) {
+        float u[16];
+        const uint32_t w[8] = {raw[j][0].x, raw[j][0].y, raw[j][0].z, raw[j][0].w,
+                               raw[j][1].x, raw[j][1].y, raw[j][1].z, raw[j][1].w};
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          u[2 * i] = bf16_to_float(uint16_t(w[i] & 0xffff));
+          u[2 * i + 1] = bf16_to_float(uint16_t(w[i] >> 16));
+        }
+        // Prequantized rows (w4a4, quantized by the parallel dispatch with the layer's input scale and
+        // the router weight applied) are what the two steps below would produce: copied unchanged.
+        if (p.weight_on_input && !p.prequantized) {
+#pragma unroll
+          for (int i = 0; i < 16; ++i) u[i] = bf16_to_float(float_to_bf16(mul_rn(u[i], weight)));
+        }
+        if (p.w4a4 && !p.prequantized) detail::fake_quantize_nvfp4_block_kernel(u, gs);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) out[i] = pack_bf16x2(u[2 * i], u[2 * i + 1]);
+      }
+      store_piece(p.ws.x, row, b * 16, p.layout.rows_cap, make_uint4(out[0], out[1], out[2], out[3]));
+      store_piece(p.ws.x, row, b * 16 + 8, p.layout.rows_cap, make_uint4(out[4], out[5], out[6], out[7]));
+    }
   }
   // Zero the intermediate's K padding (GEMM1 writes only the first inter_local columns).
   for (int64_t b = p.inter_local / 16 + first; b < p.layout.h_k / 16; b += step) {
