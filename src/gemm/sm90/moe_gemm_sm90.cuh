@@ -286,6 +286,31 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
   using C0 = std::integral_constant<int, 0>;
   using Odd = std::integral_constant<int, kBufs - 1>;         // fragment buffer of odd chunks
   using Slot1 = std::integral_constant<int, T::kChunks - 1>;  // slot of odd chunks
+  // The epilogue's operands from global memory (alpha, the biases and GEMM2's router weights of the
+  // tile's rows, two dependent loads each), loaded before the K loop: at the epilogue their latency
+  // was exposed, with no MMA running.
+  float pre_alpha = 0.0f, pre_bias0 = 0.0f, pre_bias1 = 0.0f, pre_weight = 0.0f;
+  if (active) {
+    if constexpr (T::kGemm1) {
+      pre_alpha = p.alpha1[tc.expert];
+      if (p.w13_bias) {
+        const int64_t i = int64_t(mu) * layout::kIntermediatePerUnit + 8 * x.warp + x.lane / 4;
+        pre_bias0 = p.w13_bias[int64_t(tc.expert) * 2 * p.inter_local + i];                   // gate
+        pre_bias1 = p.w13_bias[int64_t(tc.expert) * 2 * p.inter_local + p.inter_local + i];   // up
+      }
+    } else {
+      pre_alpha = p.alpha2[tc.expert];
+      const int64_t f0 = int64_t(mu) * layout::kUnitRows + x.r0;
+      if (p.w2_bias) {
+        if (f0 < p.hidden) pre_bias0 = p.w2_bias[int64_t(tc.expert) * p.hidden + f0];
+        if (f0 + 8 < p.hidden) pre_bias1 = p.w2_bias[int64_t(tc.expert) * p.hidden + f0 + 8];
+      }
+      if constexpr (kN <= 128) {  // one row a thread (wider tiles load theirs in the epilogue)
+        if (x.tid < kN && x.tid < tc.rows)
+          pre_weight = p.weight_on_input ? 1.0f : p.ws.topk_weights[p.ws.row_pair[tc.row0 + x.tid]];
+      }
+    }
+  }
   const int k_units = int(x.k_units);  // this unit's chunks
   auto k_loop = [&](auto live) {
     int ku = 0;
@@ -366,13 +391,7 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
     // Rows r0 / r0 + 8 are the gate / up rows of intermediate index i = 32 mu + 8 warp + lane / 4.
     float* stg = reinterpret_cast<float*>(x.staging);  // [BN][36] fp32
     const int ui = 8 * warp + lane / 4;
-    const int64_t i = int64_t(mu) * layout::kIntermediatePerUnit + ui;
-    const float alpha = p.alpha1[e];
-    float bias_gate = 0.0f, bias_up = 0.0f;
-    if (p.w13_bias) {
-      bias_gate = p.w13_bias[int64_t(e) * 2 * p.inter_local + i];
-      bias_up = p.w13_bias[int64_t(e) * 2 * p.inter_local + p.inter_local + i];
-    }
+    const float alpha = pre_alpha, bias_gate = pre_bias0, bias_up = pre_bias1;
 #pragma unroll
     for (int nb = 0; nb < kN / 8; ++nb) {
 #pragma unroll
@@ -410,19 +429,17 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
   } else {
     // Rows r0 / r0 + 8 are output features 64 mu + r0 (+8); columns are the tile's tokens.
     uint16_t* stg = reinterpret_cast<uint16_t*>(x.staging);  // [BN][72] bf16
-    for (int n = tid; n < kN; n += 128) {  // kN may exceed the warpgroup's 128 threads
-      float wv = 0.0f;
-      if (n < tc.rows) wv = p.weight_on_input ? 1.0f : p.ws.topk_weights[p.ws.row_pair[tc.row0 + n]];
-      x.row_weight[n] = wv;
+    if constexpr (kN <= 128) {
+      if (tid < kN) x.row_weight[tid] = pre_weight;
+    } else {
+      for (int n = tid; n < kN; n += 128) {  // kN exceeds the warpgroup's 128 threads
+        float wv = 0.0f;
+        if (n < tc.rows) wv = p.weight_on_input ? 1.0f : p.ws.topk_weights[p.ws.row_pair[tc.row0 + n]];
+        x.row_weight[n] = wv;
+      }
     }
     named_barrier_sync(bar_id, 128);
-    const float alpha = p.alpha2[e];
-    const int64_t f0 = int64_t(mu) * layout::kUnitRows + r0;
-    float bias0 = 0.0f, bias1 = 0.0f;
-    if (p.w2_bias) {
-      if (f0 < p.hidden) bias0 = p.w2_bias[int64_t(e) * p.hidden + f0];
-      if (f0 + 8 < p.hidden) bias1 = p.w2_bias[int64_t(e) * p.hidden + f0 + 8];
-    }
+    const float alpha = pre_alpha, bias0 = pre_bias0, bias1 = pre_bias1;
 #pragma unroll
     for (int nb = 0; nb < kN / 8; ++nb) {
 #pragma unroll
