@@ -17,7 +17,6 @@ namespace {
 constexpr int kPlanThreads = 1024;
 constexpr int kRowThreads = 128;
 constexpr int kPlanBatch = 8;     // routed ids a plan thread loads before it uses them
-constexpr int kPermuteBatch = 4;  // 16-element blocks a permute thread loads before it converts them
 
 // One CTA. Shared memory: E_local counters.
 __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PermuteParams p) {
@@ -32,8 +31,9 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PermuteParams p) {
   // The GEMMs' split-K arrival counters start every forward at zero.
   for (int i = threadIdx.x; i < p.layout.split_counters; i += blockDim.x) p.ws.split_count[i] = 0;
   const int64_t num_pairs = p.num_tokens * p.top_k;
-  // The ids are read kPlanBatch at a time before their atomics (the plan took 100 us at 65536 pairs
-  // reading one id at a time).
+  // The ids are read kPlanBatch at a time before their atomics (at 65536 pairs, DeepSeek-R1 T=8192,
+  // the plan took 100 us reading one at a time, 83 us in batches: the shared-memory atomics of one
+  // CTA are most of it).
   const int64_t batch_stride = int64_t(blockDim.x) * kPlanBatch;
   for (int64_t i0 = threadIdx.x; i0 < num_pairs; i0 += batch_stride) {
     int32_t ids[kPlanBatch];
@@ -98,10 +98,12 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PermuteParams p) {
   // row over several CTAs.
   for (int64_t i0 = threadIdx.x; i0 < num_pairs; i0 += batch_stride) {
     int32_t ids[kPlanBatch];
+    float weights[kPlanBatch];
 #pragma unroll
     for (int j = 0; j < kPlanBatch; ++j) {
       const int64_t i = i0 + int64_t(j) * blockDim.x;
       ids[j] = i < num_pairs ? __ldg(p.ws.topk_ids + i) : -1;
+      weights[j] = i < num_pairs ? __ldg(p.ws.topk_weights + i) : 0.0f;
     }
 #pragma unroll
     for (int j = 0; j < kPlanBatch; ++j) {
@@ -113,6 +115,7 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PermuteParams p) {
       if (e >= 0 && e < p.num_experts && local >= 0 && local < num_local) {
         row = atomicAdd(&smem_counts[local], 1);
         p.ws.row_pair[row] = int32_t(i);
+        p.ws.row_weight[row] = weights[j];  // GEMM2's epilogue reads it with one load
       }
       p.ws.pair_row[i] = row;
     }
@@ -144,45 +147,30 @@ __global__ void __launch_bounds__(kRowThreads) permute_kernel(PermuteParams p) {
   const float gs = p.w4a4 ? p.a1_gs[local] : 1.0f;
   const int64_t x_blocks = p.layout.x_k / 16;
   const int64_t first = int64_t(blockIdx.y) * blockDim.x + threadIdx.x, step = int64_t(gridDim.y) * blockDim.x;
-  // kPermuteBatch blocks a thread at a time, all loaded before the first is converted.
-  for (int64_t b0 = first; b0 < x_blocks; b0 += kPermuteBatch * step) {
-    uint4 raw[kPermuteBatch][2];
+  for (int64_t b = first; b < x_blocks; b += step) {
+    uint32_t out[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (b * 16 < H) {
+      float u[16];
+      const uint4* src = reinterpret_cast<const uint4*>(p.hidden + t * H + b * 16);
+      const uint4 lo = src[0], hi = src[1];
+      const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
-    for (int j = 0; j < kPermuteBatch; ++j) {
-      const int64_t b = b0 + j * step;
-      if (b < x_blocks && b * 16 < H) {
-        const uint4* src = reinterpret_cast<const uint4*>(p.hidden + t * H + b * 16);
-        raw[j][0] = src[0];
-        raw[j][1] = src[1];
+      for (int i = 0; i < 8; ++i) {
+        u[2 * i] = bf16_to_float(uint16_t(w[i] & 0xffff));
+        u[2 * i + 1] = bf16_to_float(uint16_t(w[i] >> 16));
       }
-    }
+      // Prequantized rows (w4a4, quantized by the parallel dispatch with the layer's input scale and
+      // the router weight applied) are what the two steps below would produce: copied unchanged.
+      if (p.weight_on_input && !p.prequantized) {
 #pragma unroll
-    for (int j = 0; j < kPermuteBatch; ++j) {
-      const int64_t b = b0 + j * step;
-      if (b >= x_blocks) break;
-      uint32_t out[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      if (b * 16 < H) {
-        float u[16];
-        const uint32_t w[8] = {raw[j][0].x, raw[j][0].y, raw[j][0].z, raw[j][0].w,
-                               raw[j][1].x, raw[j][1].y, raw[j][1].z, raw[j][1].w};
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          u[2 * i] = bf16_to_float(uint16_t(w[i] & 0xffff));
-          u[2 * i + 1] = bf16_to_float(uint16_t(w[i] >> 16));
-        }
-        // Prequantized rows (w4a4, quantized by the parallel dispatch with the layer's input scale and
-        // the router weight applied) are what the two steps below would produce: copied unchanged.
-        if (p.weight_on_input && !p.prequantized) {
-#pragma unroll
-          for (int i = 0; i < 16; ++i) u[i] = bf16_to_float(float_to_bf16(mul_rn(u[i], weight)));
-        }
-        if (p.w4a4 && !p.prequantized) detail::fake_quantize_nvfp4_block_kernel(u, gs);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) out[i] = pack_bf16x2(u[2 * i], u[2 * i + 1]);
+        for (int i = 0; i < 16; ++i) u[i] = bf16_to_float(float_to_bf16(mul_rn(u[i], weight)));
       }
-      store_piece(p.ws.x, row, b * 16, p.layout.rows_cap, make_uint4(out[0], out[1], out[2], out[3]));
-      store_piece(p.ws.x, row, b * 16 + 8, p.layout.rows_cap, make_uint4(out[4], out[5], out[6], out[7]));
+      if (p.w4a4 && !p.prequantized) detail::fake_quantize_nvfp4_block_kernel(u, gs);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) out[i] = pack_bf16x2(u[2 * i], u[2 * i + 1]);
     }
+    store_piece(p.ws.x, row, b * 16, p.layout.rows_cap, make_uint4(out[0], out[1], out[2], out[3]));
+    store_piece(p.ws.x, row, b * 16 + 8, p.layout.rows_cap, make_uint4(out[4], out[5], out[6], out[7]));
   }
   // Zero the intermediate's K padding (GEMM1 writes only the first inter_local columns).
   for (int64_t b = p.inter_local / 16 + first; b < p.layout.h_k / 16; b += step) {

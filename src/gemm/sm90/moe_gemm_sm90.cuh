@@ -287,8 +287,8 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
   using Odd = std::integral_constant<int, kBufs - 1>;         // fragment buffer of odd chunks
   using Slot1 = std::integral_constant<int, T::kChunks - 1>;  // slot of odd chunks
   // The epilogue's operands from global memory (alpha, the biases and GEMM2's router weights of the
-  // tile's rows, two dependent loads each), loaded before the K loop: at the epilogue their latency
-  // was exposed, with no MMA running.
+  // tile's rows), loaded before the K loop: at the epilogue their latency was exposed, with no MMA
+  // running (a router weight took two dependent loads then; the plan's row_weight makes it one).
   float pre_alpha = 0.0f, pre_bias0 = 0.0f, pre_bias1 = 0.0f, pre_weight = 0.0f;
   if (active) {
     if constexpr (T::kGemm1) {
@@ -307,7 +307,7 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
       }
       if constexpr (kN <= 128) {  // one row a thread (wider tiles load theirs in the epilogue)
         if (x.tid < kN && x.tid < tc.rows)
-          pre_weight = p.weight_on_input ? 1.0f : p.ws.topk_weights[p.ws.row_pair[tc.row0 + x.tid]];
+          pre_weight = p.weight_on_input ? 1.0f : p.ws.row_weight[tc.row0 + x.tid];
       }
     }
   }
@@ -434,7 +434,7 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
     } else {
       for (int n = tid; n < kN; n += 128) {  // kN exceeds the warpgroup's 128 threads
         float wv = 0.0f;
-        if (n < tc.rows) wv = p.weight_on_input ? 1.0f : p.ws.topk_weights[p.ws.row_pair[tc.row0 + n]];
+        if (n < tc.rows) wv = p.weight_on_input ? 1.0f : p.ws.row_weight[tc.row0 + n];
         x.row_weight[n] = wv;
       }
     }
