@@ -45,7 +45,7 @@ struct WorkspaceLayout {
   size_t tail_start = 0;   // int32 [E_local + 1]: first tail tile of each expert (PermuteParams::tail_rows)
   size_t pair_row = 0;     // int32 [max_pairs]: row of a (token, slot) pair, -1 if not local
   size_t row_pair = 0;     // int32 [rows_cap]: pair of a row (valid rows only)
-  size_t row_weight = 0;   // fp32 [rows_cap]: router weight of a row's pair (valid rows only; the plan's copy)
+  size_t row_weight = 0;   // fp32 [rows_cap]: router weight of a row's pair (valid rows only; the permute's copy)
   size_t x = 0;            // bf16 tiled [x_k/64][rows_cap][64]
   size_t h = 0;            // bf16 tiled [h_k/64][rows_cap][64]
   size_t y = 0;            // bf16 [rows_cap, H]: weighted expert outputs

@@ -2,11 +2,12 @@
 //
 //   plan:     one CTA counts the pairs routed to each local expert, lays out 8-row-aligned expert
 //             segments and the token-tile (and tail-tile) prefixes, and gives each local pair its
-//             row (pair_row, row_pair, and the pair's router weight in row_weight);
+//             row (pair_row, row_pair);
 //   permute:  a CTA per routed (token, slot), or per pair and column range for few pairs, copies the
 //             token's row into its expert's segment of the tiled activation buffer (scaled by the
 //             router weight for Llama-4, NVFP4 fake-quantized in w4a4 mode; copied unchanged when
-//             the rows are prequantized), zeroes the K padding;
+//             the rows are prequantized), zeroes the K padding, and copies the pair's router
+//             weight to its row (row_weight, for GEMM2's epilogue);
 //   finalize: out[t] = sum over slots, in slot order, of the weighted expert outputs y.
 // No host synchronization; all sizes come from device memory.
 #pragma once

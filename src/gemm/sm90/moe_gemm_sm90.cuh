@@ -288,7 +288,7 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
   using Slot1 = std::integral_constant<int, T::kChunks - 1>;  // slot of odd chunks
   // The epilogue's operands from global memory (alpha, the biases and GEMM2's router weights of the
   // tile's rows), loaded before the K loop: at the epilogue their latency was exposed, with no MMA
-  // running (a router weight took two dependent loads then; the plan's row_weight makes it one).
+  // running (a router weight took two dependent loads then; the permute's row_weight makes it one).
   float pre_alpha = 0.0f, pre_bias0 = 0.0f, pre_bias1 = 0.0f, pre_weight = 0.0f;
   if (active) {
     if constexpr (T::kGemm1) {
