@@ -58,13 +58,11 @@ struct TileCoord {
 };
 
 #if defined(__CUDACC__)
-// tile_start: the plan's table (tile_start, or tail_start for a tail launch); counts, seg_start: the
-// plan's per-expert counts and segment starts; each in global memory or a shared-memory copy of it.
-// kTails: the kernel may run a tail launch (compiled only where it can: the extra code made ptxas
-// spill the 4-consumer BN128 kernel).
+// tile_start: the plan's table (tile_start, or tail_start for a tail launch), in global memory or a
+// shared-memory copy of it. kTails: the kernel may run a tail launch (compiled only where it can: the
+// extra code made ptxas spill the 4-consumer BN128 kernel).
 template <bool kTails = false>
-__device__ __forceinline__ TileCoord find_tile(const MoeGemmParams& p, const int32_t* tile_start,
-                                               const int32_t* counts, const int32_t* seg_start, int64_t tile) {
+__device__ __forceinline__ TileCoord find_tile(const MoeGemmParams& p, const int32_t* tile_start, int64_t tile) {
   if (tile >= tile_start[p.num_local_experts]) return {-1, 0, 0};
   int lo = 0, hi = p.num_local_experts;  // the e with tile_start[e] <= tile < tile_start[e + 1]
   while (hi - lo > 1) {
@@ -73,12 +71,12 @@ __device__ __forceinline__ TileCoord find_tile(const MoeGemmParams& p, const int
     else hi = mid;
   }
   if (kTails && p.tail_of > 0) {  // the one tail tile of expert lo: its rows past the last multiple of tail_of
-    const int32_t count = counts[lo];
-    return {lo, seg_start[lo] + count / p.tail_of * p.tail_of, count % p.tail_of};
+    const int32_t count = p.ws.counts[lo];
+    return {lo, p.ws.seg_start[lo] + count / p.tail_of * p.tail_of, count % p.tail_of};
   }
   const int32_t within = int32_t(tile - tile_start[lo]);
-  const int32_t rows = counts[lo] - within * p.tile_tokens;
-  return {lo, seg_start[lo] + within * p.tile_tokens, rows < p.tile_tokens ? rows : p.tile_tokens};
+  const int32_t rows = p.ws.counts[lo] - within * p.tile_tokens;
+  return {lo, p.ws.seg_start[lo] + within * p.tile_tokens, rows < p.tile_tokens ? rows : p.tile_tokens};
 }
 #endif
 

@@ -58,7 +58,7 @@ __device__ void tile_gemm(const uint8_t* w, const layout::GemmWeightShape& s, bo
 }
 
 __global__ void __launch_bounds__(kThreads) gemm1_simt_kernel(MoeGemmParams p) {
-  const TileCoord tile = find_tile(p, p.ws.tile_start, p.ws.counts, p.ws.seg_start, blockIdx.x);
+  const TileCoord tile = find_tile(p, p.ws.tile_start, blockIdx.x);
   if (tile.expert < 0) return;
   const int64_t mu = blockIdx.y;
   __shared__ float ws[kRows][kChunk + 1];
@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(kThreads) gemm1_simt_kernel(MoeGemmParams p) {
 }
 
 __global__ void __launch_bounds__(kThreads) gemm2_simt_kernel(MoeGemmParams p) {
-  const TileCoord tile = find_tile(p, p.ws.tile_start, p.ws.counts, p.ws.seg_start, blockIdx.x);
+  const TileCoord tile = find_tile(p, p.ws.tile_start, blockIdx.x);
   if (tile.expert < 0) return;
   const int64_t mu = blockIdx.y;
   __shared__ float ws[kRows][kChunk + 1];

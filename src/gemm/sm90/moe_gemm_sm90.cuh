@@ -118,16 +118,8 @@ struct Sm90Traits {
   static constexpr int kOffW = kOffB + kSlots * kBTileBytes;  // [kSlots][kConsumers][2304]
   static constexpr int kOffStaging = kOffW + kSlots * kWeightStageBytes;
   static constexpr int kOffRowWeight = kOffStaging + kConsumers * kStagingBytes;  // [kConsumers][kBN] fp32
-  // The plan's tile_start, counts and seg_start, each int32 [kMaxLocalExperts + 1]: find_tile from
-  // shared memory (from global memory, each tile's start waited for two dependent L2 loads, with no
-  // MMA of the CTA running). counts and seg_start stay in global memory where they do not fit (BN256).
-  static constexpr int kPlanTableBytes = ((kMaxLocalExperts + 1) * 4 + 15) / 16 * 16;
-  static constexpr int kOffTileStart = kOffRowWeight + kConsumers * kBN * 4;
-  static constexpr bool kPlanTablesInSmem =
-      kOffTileStart + 3 * kPlanTableBytes + (2 * kStages + 1) * 8 + 1024 <= 232448 / kCtasPerSm;
-  static constexpr int kOffCounts = kOffTileStart + kPlanTableBytes;
-  static constexpr int kOffSegStart = kOffCounts + (kPlanTablesInSmem ? kPlanTableBytes : 0);
-  static constexpr int kOffBars = kOffSegStart + (kPlanTablesInSmem ? kPlanTableBytes : 0);
+  static constexpr int kOffTileStart = kOffRowWeight + kConsumers * kBN * 4;  // int32 [kMaxLocalExperts + 1]
+  static constexpr int kOffBars = kOffTileStart + ((kMaxLocalExperts + 1) * 4 + 15) / 16 * 16;
   // full[kStages], empty[kStages], then one sink barrier that takes the releases of "no previous
   // stage" (a tile's first stage), so that the K loop releases unconditionally; nobody waits on it.
   static constexpr int kSmemBytes = kOffBars + (2 * kStages + 1) * 8 + 1024;  // + alignment slack
@@ -487,9 +479,6 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + T::kOffBars);
   uint64_t* empty = full + T::kStages;
   int32_t* tile_start = reinterpret_cast<int32_t*>(smem + T::kOffTileStart);
-  int32_t* const counts = T::kPlanTablesInSmem ? reinterpret_cast<int32_t*>(smem + T::kOffCounts) : p.ws.counts;
-  int32_t* const seg_start =
-      T::kPlanTablesInSmem ? reinterpret_cast<int32_t*>(smem + T::kOffSegStart) : p.ws.seg_start;
 
   const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);  // warp-uniform for ptxas
   const int tid = threadIdx.x % 128;
@@ -507,13 +496,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   pdl_launch_dependents();
   pdl_wait();  // the permuted activations (GEMM1) or the intermediate (GEMM2), and the plan
   const int32_t* plan_tiles = T::kRunsTails && p.tail_of > 0 ? p.ws.tail_start : p.ws.tile_start;
-  for (int i = threadIdx.x; i <= p.num_local_experts; i += blockDim.x) {
-    tile_start[i] = plan_tiles[i];
-    if constexpr (T::kPlanTablesInSmem) {
-      counts[i] = p.ws.counts[i];
-      seg_start[i] = p.ws.seg_start[i];
-    }
-  }
+  for (int i = threadIdx.x; i <= p.num_local_experts; i += blockDim.x) tile_start[i] = plan_tiles[i];
   __syncthreads();
 
   const layout::GemmWeightShape g = T::kGemm1 ? p.g1 : p.g2;
@@ -541,7 +524,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
     for (int64_t w = blockIdx.x; w < num_work; w += gridDim.x) {
       const int64_t t = w / split;
       const int64_t k0 = k_begin(w % split), k1 = k_begin(w % split + 1);
-      const TileCoord tc = find_tile<T::kRunsTails>(p, tile_start, counts, seg_start, t / m_blocks);
+      const TileCoord tc = find_tile<T::kRunsTails>(p, tile_start, t / m_blocks);
       const int mb = int(t % m_blocks);
       const int valid_units = min(T::kConsumers, m_units - mb * T::kConsumers);
       const uint32_t b_bytes = uint32_t(tile_bucket<T>(tc.rows)) * 128;
@@ -596,7 +579,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
     x.tile = t;
     x.split_index = int(w % split);
     x.k_units = __shfl_sync(0xffffffffu, int(k_begin(x.split_index + 1) - k_begin(x.split_index)), 0);
-    TileCoord tc = find_tile<T::kRunsTails>(p, tile_start, counts, seg_start, t / m_blocks);
+    TileCoord tc = find_tile<T::kRunsTails>(p, tile_start, t / m_blocks);
     tc.rows = __shfl_sync(0xffffffffu, tc.rows, 0);
     const int mu = int(t % m_blocks) * T::kConsumers + x.c;
     const bool active = __shfl_sync(0xffffffffu, int(mu < m_units), 0) != 0;
