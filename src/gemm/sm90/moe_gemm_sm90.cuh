@@ -386,7 +386,7 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
   // ---- Epilogue -----------------------------------------------------------------------------------
   const int e = tc.expert;
   const uint32_t bar_id = 1 + x.c;
-  const int tid = x.tid, lane = x.lane, warp = x.warp, r0 = x.r0;
+  const int tid = x.tid, lane = x.lane, warp = x.warp;
   if constexpr (T::kGemm1) {
     // Rows r0 / r0 + 8 are the gate / up rows of intermediate index i = 32 mu + 8 warp + lane / 4.
     float* stg = reinterpret_cast<float*>(x.staging);  // [BN][36] fp32
@@ -416,8 +416,7 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
       if (p.w4a4) detail::fake_quantize_nvfp4_block_kernel(v, p.a2_gs[e]);
       uint32_t packed_bf16[8];
 #pragma unroll
-      for (int q = 0; q < 8; ++q)
-        packed_bf16[q] = uint32_t(float_to_bf16(v[2 * q])) | (uint32_t(float_to_bf16(v[2 * q + 1])) << 16);
+      for (int q = 0; q < 8; ++q) packed_bf16[q] = bf16x2_rn(v[2 * q], v[2 * q + 1]);
       const int64_t k = int64_t(mu) * layout::kIntermediatePerUnit + 16 * blk;
       char* h = reinterpret_cast<char*>(p.ws.h);
       *reinterpret_cast<uint4*>(h + tiled_offset_bytes(tc.row0 + n, k, p.layout.rows_cap)) =
@@ -440,15 +439,24 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
     }
     named_barrier_sync(bar_id, 128);
     const float alpha = pre_alpha, bias0 = pre_bias0, bias1 = pre_bias1;
+    // The fragments go to the token-major staging transposed, four 8x8 blocks per stmatrix: block
+    // (g, nb) holds unit rows 16 warp + 8 g + lane / 4 and tokens 8 nb + 2 (lane % 4) (+1); lane l
+    // addresses token row 8 (nb + q / 2) + l % 8, rows 16 warp + 8 (q % 2) on, for q = l / 8.
+    static_assert(kN % 16 == 0, "stmatrix blocks come in pairs of 8 tokens");
+    const uint32_t stg_lane = smem_addr(stg) + uint32_t(((8 * (lane / 16) + lane % 8) * 72 + 16 * warp +
+                                                         8 * ((lane / 8) % 2)) * 2);
 #pragma unroll
-    for (int nb = 0; nb < kN / 8; ++nb) {
+    for (int nb = 0; nb < kN / 8; nb += 2) {
+      uint32_t frag[4];
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int n = 8 * nb + 2 * (lane % 4) + h;
-        const float wv = x.row_weight[n];
-        stg[n * 72 + r0] = float_to_bf16((acc[4 * nb + h] * alpha + bias0) * wv);
-        stg[n * 72 + r0 + 8] = float_to_bf16((acc[4 * nb + 2 + h] * alpha + bias1) * wv);
+      for (int q = 0; q < 4; ++q) {
+        const int b = nb + q / 2, g = q % 2;
+        const int n = 8 * b + 2 * (lane % 4);
+        const float2 wv = *reinterpret_cast<const float2*>(x.row_weight + n);
+        const float bias = g ? bias1 : bias0;
+        frag[q] = bf16x2_rn((acc[4 * b + 2 * g] * alpha + bias) * wv.x, (acc[4 * b + 2 * g + 1] * alpha + bias) * wv.y);
       }
+      stmatrix_x4_trans(stg_lane + uint32_t(8 * nb * 72 * 2), frag[0], frag[1], frag[2], frag[3]);
     }
     named_barrier_sync(bar_id, 128);
     for (int task = tid; task < kN * 8; task += 128) {

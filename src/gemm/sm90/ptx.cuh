@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "fp4moe/numerics.h"
+
 namespace fp4moe::sm90 {
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -113,6 +115,26 @@ __device__ __forceinline__ void regs_decrease() {
 // Named barrier over `threads` threads (a warpgroup's epilogue).
 __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Four 8x8 b16 matrices stored transposed (stmatrix .trans): register i holds matrix i's fragment
+// in the mma accumulator layout (a thread's elements of row lane / 4, columns 2 (lane % 4) and + 1,
+// the lower column in the low half); lane l gives the shared address (16-byte aligned) of row l % 8
+// of matrix l / 8 as stored, i.e. of column l % 8 of the fragment.
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r0),
+               "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+
+// {float_to_bf16(lo), float_to_bf16(hi)} packed (lo in the low half): one cvt for the pair, the
+// software conversion only for NaN inputs (whose quiet, sign-kept result the hardware's canonical
+// NaN would not match), so the bits are float_to_bf16's for every input.
+__device__ __forceinline__ uint32_t bf16x2_rn(float lo, float hi) {
+  uint32_t d;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  if (lo != lo || hi != hi) d = uint32_t(float_to_bf16(lo)) | (uint32_t(float_to_bf16(hi)) << 16);
+  return d;
 }
 
 // a * b + (-0) on bf16x2: an exact product here, with subnormal inputs honoured (no flush).
