@@ -31,7 +31,9 @@ for T in "$@"; do
     metrics+=,dram__bytes.sum.per_second,sm__inst_issued.avg.pct_of_peak_sustained_active
     metrics+=,smsp__cycles_active.avg.pct_of_peak_sustained_elapsed,gpu__time_duration.sum
     metrics+=,sm__cycles_elapsed.avg.per_second
-    timeout 300 ncu --clock-control none -k regex:moe_gemm_sm90 --launch-count 2 --metrics "$metrics" \
+    # 4 GEMM launches: GEMM1, its tail launch, GEMM2, its tail launch where tails run (a main tile of
+    # 128 or more); otherwise GEMM1, GEMM2 and the next forward's two
+    timeout 300 ncu --clock-control none -k regex:moe_gemm_sm90 --launch-count 4 --metrics "$metrics" \
       "$bin/fp4moe-bench" $bench_args --tokens "$T" > "$out/metrics_${preset}_${T}.txt" 2>&1
     echo "=== ncu metrics $preset T=$T exit $?"
     grep -E "moe_gemm|__" "$out/metrics_${preset}_${T}.txt" | sed 's/^ *//' | cut -c1-150
@@ -48,7 +50,7 @@ for T in "$@"; do
     continue
   fi
   if [ "${FP4MOE_PROFILE_BREAKDOWN:-0}" != 1 ]; then
-  timeout 300 ncu --clock-control none -k regex:moe_gemm_sm90 --launch-count 2 \
+  timeout 300 ncu --clock-control none -k regex:moe_gemm_sm90 --launch-count 4 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
     --section Occupancy --section LaunchStats --section InstructionStats --section ComputeWorkloadAnalysis \
     -f -o "$rep" "$bin/fp4moe-bench" $bench_args --tokens "$T" > /dev/null 2>&1
@@ -57,7 +59,8 @@ for T in "$@"; do
   grep -E "moe_gemm|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|L2 Cache Throughput|Registers Per|Achieved Occupancy|Issued Warp|No Eligible|Issue Slots Busy|Executed Ipc" \
     "$out/profile_${preset}_${T}.txt" | sed 's/^ *//' | cut -c1-150
   fi
-  # (8 launches: route, plan, permute, GEMM1, its tail launch, GEMM2, its tail launch, finalize)
+  # (8 launches: one forward's plan, permute, GEMM1, [its tail launch,] GEMM2, [its tail launch,]
+  # finalize, then the next forward's first kernels; --routing random runs no routing kernel)
   timeout 300 ncu --clock-control none -k regex:'route_kernel|plan_kernel|permute_kernel|finalize_kernel|moe_gemm_sm90' \
     --launch-count 8 --section SpeedOfLight -f -o "$rep.all" "$bin/fp4moe-bench" $bench_args --tokens "$T" > /dev/null 2>&1
   echo "=== ncu breakdown $preset T=$T exit $?"

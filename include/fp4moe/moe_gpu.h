@@ -41,7 +41,8 @@ struct LayerOptions {
   // token's output bits then depend on how many tokens share its batch. Off by default.
   bool split_k = false;
   // Tail tiles (sm90, prefill): where the token tile is 128 or more, an expert's last tile holding at
-  // most 32 rows past full ones runs in a second, narrower launch instead of a whole 128-wide tile.
+  // most 32 rows past full ones runs in a narrower launch (one more per GEMM) instead of a whole
+  // main-width tile.
   // Same bits either way; off only to measure it.
   bool tail_tiles = true;
 };
@@ -67,7 +68,8 @@ struct ForwardArgs {
 struct KernelInfo {
   KernelPath path = KernelPath::kSimt;
   std::string gemm1;  // kernel and config names (", split-K N" when LayerOptions::split_k splits it,
-                      // ", tail CONFIG" with LayerOptions::tail_tiles where tails run separately)
+                      // ", tail CONFIG" where LayerOptions::tail_tiles runs tails in a launch of
+                      // their own: a main tile of 128 or more, more rows than one tile)
   std::string gemm2;
   std::string regime; // e.g. "decode: <= 8 rows per expert"
 };

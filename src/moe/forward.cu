@@ -197,7 +197,8 @@ KernelInfo MoeLayer::kernel_info(int64_t num_tokens) const {
       const int s = impl_->split_k(num_tokens, c, gemm1);
       return s > 1 ? ", split-K " + std::to_string(s) : std::string();
     };
-    const auto tail = impl_->tail_config(c1);
+    // (the tail launches run only where an expert can hold more than one tile of rows)
+    const auto tail = num_tokens * impl_->problem.top_k() > c1.tile_tokens ? impl_->tail_config(c1) : std::nullopt;
     const std::string tail_name = tail ? ", tail " + tail->name() : std::string();
     k.gemm1 = "sm90_moe_gemm1_wgmma_rs(" + c1.name() + split(c1, true) + tail_name + ")";
     k.gemm2 = "sm90_moe_gemm2_wgmma_rs(" + c2.name() + split(c2, false) + tail_name + ")";

@@ -32,15 +32,16 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PermuteParams p) {
   for (int i = threadIdx.x; i < p.layout.split_counters; i += blockDim.x) p.ws.split_count[i] = 0;
   const int64_t num_pairs = p.num_tokens * p.top_k;
   // The ids are read kPlanBatch at a time before their atomics (at 65536 pairs, DeepSeek-R1 T=8192,
-  // the plan took 100 us reading one at a time, 83 us in batches: the shared-memory atomics of one
-  // CTA are most of it).
+  // the plan took 100 us reading one at a time, 83 us in batches; the shared-memory atomics of one
+  // CTA are probably most of the rest, not measured). (__ldcg: written by the routing kernel, this
+  // kernel's PDL primary, so not through the non-coherent path.)
   const int64_t batch_stride = int64_t(blockDim.x) * kPlanBatch;
   for (int64_t i0 = threadIdx.x; i0 < num_pairs; i0 += batch_stride) {
     int32_t ids[kPlanBatch];
 #pragma unroll
     for (int j = 0; j < kPlanBatch; ++j) {
       const int64_t i = i0 + int64_t(j) * blockDim.x;
-      ids[j] = i < num_pairs ? __ldg(p.ws.topk_ids + i) : -1;
+      ids[j] = i < num_pairs ? __ldcg(p.ws.topk_ids + i) : -1;
     }
 #pragma unroll
     for (int j = 0; j < kPlanBatch; ++j) {
@@ -101,7 +102,7 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PermuteParams p) {
 #pragma unroll
     for (int j = 0; j < kPlanBatch; ++j) {
       const int64_t i = i0 + int64_t(j) * blockDim.x;
-      ids[j] = i < num_pairs ? __ldg(p.ws.topk_ids + i) : -1;
+      ids[j] = i < num_pairs ? __ldcg(p.ws.topk_ids + i) : -1;
     }
 #pragma unroll
     for (int j = 0; j < kPlanBatch; ++j) {
@@ -142,7 +143,7 @@ __global__ void __launch_bounds__(kRowThreads) permute_kernel(PermuteParams p) {
   const int local = p.ws.topk_ids[pair] - p.expert_begin;
   const float weight = p.ws.topk_weights[pair];
   // The row's router weight, for GEMM2's epilogue (one load there instead of two dependent ones; in
-  // the plan, one CTA, these stores cost 50 us at DeepSeek-R1 T=8192).
+  // the plan, one CTA, these stores and their loads took it from 84 to 147 us at DeepSeek-R1 T=8192).
   if (blockIdx.y == 0 && threadIdx.x == 0) p.ws.row_weight[row] = weight;
   const float gs = p.w4a4 ? p.a1_gs[local] : 1.0f;
   const int64_t x_blocks = p.layout.x_k / 16;

@@ -104,6 +104,8 @@ Sm90Config select_config(const ConfigInput& in) {
   //                T=1280 (80):  BN96 0.278     BN128_C4 0.316 BN80 0.350
   // so BN64 takes 41-56 rows per expert (a tie with BN80 at 56), BN80 57-64 and BN96 65-80 (the
   // boundary between the measured 64 and 72 is interpolated).
+  // (All of the above was measured before tail tiles (session 7), which make BN128 and BN256 cheaper
+  // at 129-160 and 257-288 rows per expert; the thresholds above 80 rows were not measured again.)
   const auto& c = compiled_configs();
   if (per_expert <= 8) return c[0];   // BN16
   if (per_expert <= 24) return c[1];  // BN32

@@ -76,7 +76,8 @@ int select_split_k(const ConfigInput& in, const Sm90Config& c, int64_t m_units, 
 // results). Measured on an H200 against the same build without tails: DeepSeek-R1 T=4096 -13.2%,
 // T=8192 -6.9%, T=3072 +0.1%; Llama-4-Maverick T=16384 -14.5%; gpt-oss-120b T=8192 -6.6%
 // (bench/results/2026-11-30_h200_s7_run1_tail-tiles_a59e4b7.txt). The tail launch re-reads those
-// experts' weights; with tiles narrower than 128 too few experts overflow a tile to repay that.
+// experts' weights; with tiles narrower than 128 too few experts overflow a tile to repay that
+// (reasoning from simulated tile counts, not measured).
 std::optional<Sm90Config> select_tail(const Sm90Config& main);
 constexpr int kTailConfig = 1;
 constexpr int kTailRows = 32;  // the tail config's tile tokens
