@@ -493,6 +493,76 @@ TEST(MoeGpu, TailTilesGiveTheBitsOfWholeTiles) {
   }
 }
 
+// Tail tiles on other layers and on an expert-parallel shard: gpt-oss-20b (biases, the gpt-oss
+// activation, MXFP4 weights, top-4), Llama-4-Scout (top-1, router weight on the input) and
+// DeepSeek-R1 as expert-parallel rank 1 of 2, w4a16, behind the 4-consumer BN128. Experts b..b+6
+// (b: the shard's first local expert) get 129, 160, 161, 288, 257, 128 and 1 rows, laid out
+// slot-major (each run of one expert is at most T pairs long, so it never meets a token twice); the
+// other slots of a token go to distinct local experts from b + 7 on. Tails and whole tiles must
+// give the same bits and match the reference, with the tails the plan should cut (4).
+TEST(MoeGpu, TailTilesOnOtherLayersAndAnExpertShard) {
+  FP4MOE_REQUIRE_GPU();
+  struct TailCase {
+    const char* preset;
+    int factor;
+    int64_t tokens;
+    int ep_rank, ep_size;
+  };
+  const int32_t pinned[7] = {129, 160, 161, 288, 257, 128, 1};
+  for (const TailCase& c : {TailCase{"gpt-oss-20b", 8, 300, 0, 1}, TailCase{"llama4-scout", 16, 1200, 0, 1},
+                            TailCase{"deepseek-r1", 16, 300, 1, 2}}) {
+    MoeProblem full;
+    ASSERT_OK(get_preset(c.preset, &full));
+    MoeProblem p = scaled_preset(full, c.factor);
+    const int64_t T = c.tokens;
+    p.max_tokens = T;
+    const int E = p.num_experts(), K = p.top_k();
+    const ref::ShardSpec spec{c.ep_rank, c.ep_size, 0, 1};
+    const ref::ExpertRange local = ref::local_experts(E, c.ep_rank, c.ep_size);
+    const int b = local.begin, n_local = local.size();
+    ASSERT_GE(n_local - 7, K) << c.preset;
+    std::vector<int32_t> ids(static_cast<size_t>(T * K), -1);
+    int64_t q = 0;  // slot-major position: slot q / T of token q % T
+    for (int j = 0; j < 7; ++j)
+      for (int32_t r = 0; r < pinned[j]; ++r, ++q) ids[size_t((q % T) * K + q / T)] = b + j;
+    ASSERT_LE(q, T * K) << c.preset;
+    for (int64_t t = 0; t < T; ++t) {
+      int j = 0;
+      for (int k = 0; k < K; ++k)
+        if (ids[size_t(t * K + k)] < 0) ids[size_t(t * K + k)] = b + 7 + int32_t((t + j++) % (n_local - 7));
+    }
+    std::vector<float> w(ids.size());
+    for (size_t i = 0; i < w.size(); ++i) w[i] = 0.1f + 0.02f * float(i % K);
+    std::vector<int> counts(size_t(E), 0);
+    for (int32_t id : ids) ++counts[size_t(id)];
+    for (int e = b + 7; e < b + n_local; ++e) ASSERT_LE(counts[size_t(e)], 32) << c.preset << " expert " << e;
+    const uint64_t seed = testing::test_seed() + 43;
+    const HostMoeWeights hw = make_random_weights(p, seed);
+    HostMoeWeights shard;
+    ASSERT_OK(ref::shard_weights(p, hw, spec, &shard));
+    auto rng = make_rng(seed);
+    auto hidden = testing::random_hidden(rng, T, p.hidden_size);
+    GpuRun runs[2];
+    for (bool tails : {false, true}) {
+      LayerOptions opt;
+      opt.path = KernelPath::kSm90;
+      opt.tail_tiles = tails;
+      opt.ep_rank = c.ep_rank, opt.ep_size = c.ep_size;
+      std::unique_ptr<MoeLayer> layer;
+      Status st = MoeLayer::create_dummy(p, seed, opt, &layer);
+      if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.to_string();
+      ASSERT_OK(st);
+      ASSERT_OK(layer->force_sm90_config("BN128_C4_S5_x1"));
+      run_forward(*layer, hidden, {}, T, &runs[tails], &ids, &w);
+      const std::string what = std::string(c.preset) + (tails ? " with tails" : " whole tiles");
+      EXPECT_EQ(runs[tails].tail_tiles, tails ? 4 : 0) << what;
+      expect_matches_reference(p, shard, spec, hidden, runs[tails], T, what);
+    }
+    EXPECT_EQ(std::memcmp(runs[0].out.data(), runs[1].out.data(), runs[0].out.size() * 2), 0)
+        << c.preset << ": tails change the bits";
+  }
+}
+
 // This GPU's SM count (select_split_k's input), 0 if it cannot be read.
 int sm_count() {
   int device = 0, n = 0;
