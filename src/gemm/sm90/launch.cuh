@@ -38,7 +38,8 @@ Status launch_traits(const MoeGemmParams& p, int num_sms, cudaStream_t stream) {
   if (split < 1 || (split > 1 && (T::kBN != 16 || split > g.k_units())))
     return internal_error("sm90: split-K ", split, " for config BN", T::kBN, " over ", g.k_units(), " K chunks");
   if (p.tail_of > 0 && (!T::kRunsTails || split > 1))
-    return internal_error("sm90: config BN", T::kBN, "_C", T::kConsumers, " cannot run tail tiles (split-K ", split, ")");
+    return internal_error("sm90: config BN", T::kBN, "_C", T::kConsumers, " cannot run tail tiles (split-K ", split,
+                          ")");
   const int64_t max_tiles = p.max_tiles * m_blocks * split;
   if (max_tiles == 0) return Status::Ok();
   const unsigned grid = unsigned(std::min<int64_t>(int64_t(num_sms) * T::kCtasPerSm, max_tiles));
