@@ -18,6 +18,17 @@ constexpr int kPlanThreads = 1024;
 constexpr int kRowThreads = 128;
 constexpr int kPlanBatch = 8;     // routed ids a plan thread loads before it uses them
 
+// The routed ids of pairs i0, i0 + blockDim.x, ... (kPlanBatch of them, -1 from end on), all loaded
+// before any is used. (__ldcg: written by the routing kernel, the plan's PDL primary, so not through
+// the non-coherent path.)
+__device__ __forceinline__ void load_ids(const PermuteParams& p, int64_t i0, int64_t end, int32_t (&ids)[kPlanBatch]) {
+#pragma unroll
+  for (int j = 0; j < kPlanBatch; ++j) {
+    const int64_t i = i0 + int64_t(j) * blockDim.x;
+    ids[j] = i < end ? __ldcg(p.ws.topk_ids + i) : -1;
+  }
+}
+
 // One CTA. Shared memory: E_local counters.
 __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PermuteParams p) {
   extern __shared__ int32_t smem_counts[];
@@ -33,16 +44,11 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PermuteParams p) {
   const int64_t num_pairs = p.num_tokens * p.top_k;
   // The ids are read kPlanBatch at a time before their atomics (at 65536 pairs, DeepSeek-R1 T=8192,
   // the plan took 100 us reading one at a time, 83 us in batches; the shared-memory atomics of one
-  // CTA are probably most of the rest, not measured). (__ldcg: written by the routing kernel, this
-  // kernel's PDL primary, so not through the non-coherent path.)
+  // CTA are probably most of the rest, not measured).
   const int64_t batch_stride = int64_t(blockDim.x) * kPlanBatch;
   for (int64_t i0 = threadIdx.x; i0 < num_pairs; i0 += batch_stride) {
     int32_t ids[kPlanBatch];
-#pragma unroll
-    for (int j = 0; j < kPlanBatch; ++j) {
-      const int64_t i = i0 + int64_t(j) * blockDim.x;
-      ids[j] = i < num_pairs ? __ldcg(p.ws.topk_ids + i) : -1;
-    }
+    load_ids(p, i0, num_pairs, ids);
 #pragma unroll
     for (int j = 0; j < kPlanBatch; ++j) {
       const int32_t e = ids[j];
@@ -99,11 +105,7 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PermuteParams p) {
   // row over several CTAs.
   for (int64_t i0 = threadIdx.x; i0 < num_pairs; i0 += batch_stride) {
     int32_t ids[kPlanBatch];
-#pragma unroll
-    for (int j = 0; j < kPlanBatch; ++j) {
-      const int64_t i = i0 + int64_t(j) * blockDim.x;
-      ids[j] = i < num_pairs ? __ldcg(p.ws.topk_ids + i) : -1;
-    }
+    load_ids(p, i0, num_pairs, ids);
 #pragma unroll
     for (int j = 0; j < kPlanBatch; ++j) {
       const int64_t i = i0 + int64_t(j) * blockDim.x;
