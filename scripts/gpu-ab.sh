@@ -7,14 +7,15 @@
 # env: FP4MOE_AB_REPS (repetitions per build, default 2), FP4MOE_AB_ARGS (more fp4moe-bench arguments,
 # default "--routing random"), FP4MOE_AB_BASE_BIN (the base binary, default gpubin/base/fp4moe-bench;
 # gpubin/bin/fp4moe-bench with FP4MOE_AB_BASE_ARGS compares one build's options, e.g.
-# FP4MOE_AB_BASE_ARGS=--no-tail-tiles), FP4MOE_AB_BASE_ARGS (more arguments for the base runs only),
+# FP4MOE_AB_BASE_ARGS=--no-tail-tiles), FP4MOE_AB_HEAD_BIN (the head binary, default
+# gpubin/bin/fp4moe-bench), FP4MOE_AB_BASE_ARGS (more arguments for the base runs only),
 # CUDA_VISIBLE_DEVICES as usual. Writes $OUT/ab/*.json and
 # $OUT/ab/summary.md; exits non-zero when a run failed.
 set -u
 out=${OUT:-/tmp/fp4moe-out}/ab
 mkdir -p "$out"
 if [ ! -d gpubin/bin ] && [ -f gpubin/bin.tar.gz ]; then tar -C gpubin -xzf gpubin/bin.tar.gz; fi
-head_bin=gpubin/bin/fp4moe-bench base_bin=${FP4MOE_AB_BASE_BIN:-gpubin/base/fp4moe-bench}
+head_bin=${FP4MOE_AB_HEAD_BIN:-gpubin/bin/fp4moe-bench} base_bin=${FP4MOE_AB_BASE_BIN:-gpubin/base/fp4moe-bench}
 for b in "$head_bin" "$base_bin"; do
   [ -x "$b" ] || { echo "gpu-ab: $b is missing (stage with FP4MOE_STAGE_BASE=REV scripts/stage-gpu.sh)"; exit 2; }
 done

@@ -7,35 +7,50 @@
 #                           Python 3.12 (it has no registry access)
 #   gpubin/base/fp4moe-bench  with FP4MOE_STAGE_BASE=REV only: fp4moe-bench built at another commit
 #                           (in a temporary git worktree), the "base" of scripts/gpu-ab.sh's A/B
+#   gpubin/NAME/fp4moe-bench  with FP4MOE_STAGE_MORE="NAME=REV ..." only: more builds at other commits,
+#                           for A/Bs of several candidates in one GPU run (FP4MOE_AB_HEAD_BIN)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bash "$root/scripts/build.sh"
 stage=$(mktemp -d)
-base_wt=""
+worktrees=()
 cleanup() {
   rm -rf "$stage"
-  if [ -n "$base_wt" ]; then git -C "$root" worktree remove --force "$base_wt" 2>/dev/null || true; fi
+  for wt in "${worktrees[@]}"; do git -C "$root" worktree remove --force "$wt" 2>/dev/null || true; done
 }
 trap cleanup EXIT
-if [ -n "${FP4MOE_STAGE_BASE:-}" ]; then
-  rev=$(git -C "$root" rev-parse --verify "${FP4MOE_STAGE_BASE}^{commit}")
-  base_wt=$(mktemp -d)/base
-  git -C "$root" worktree add --detach "$base_wt" "$rev" >/dev/null
-  ln -s "$root/.deps" "$base_wt/.deps"  # the pinned headers (git-ignored, not in the worktree)
-  cmake -S "$base_wt" -B "$base_wt/build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build "$base_wt/build" -j "${FP4MOE_JOBS:-$(nproc)}" --target fp4moe-bench
-fi
+# fp4moe-bench at commit $2 into $stage/$1/ (in a temporary git worktree; ccache makes it quick when
+# most translation units match a build already made here).
+build_bench_at() {
+  local name=$1 rev wt
+  rev=$(git -C "$root" rev-parse --verify "$2^{commit}")
+  wt=$(mktemp -d)/$name
+  worktrees+=("$wt")
+  git -C "$root" worktree add --detach "$wt" "$rev" >/dev/null
+  ln -s "$root/.deps" "$wt/.deps"  # the pinned headers (git-ignored, not in the worktree)
+  cmake -S "$wt" -B "$wt/build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake --build "$wt/build" -j "${FP4MOE_JOBS:-$(nproc)}" --target fp4moe-bench
+  mkdir -p "$stage/$name"
+  cp "$wt/build/fp4moe-bench" "$stage/$name/"
+  strip --strip-debug "$stage/$name/fp4moe-bench" 2>/dev/null || true
+  echo "stage-gpu: gpubin/$name/fp4moe-bench is $(git -C "$root" rev-parse --short=12 "$rev")"
+}
+builds=()
+[ -n "${FP4MOE_STAGE_BASE:-}" ] && builds+=("base=$FP4MOE_STAGE_BASE")
+for spec in ${FP4MOE_STAGE_MORE:-}; do builds+=("$spec"); done
+for spec in "${builds[@]}"; do
+  case $spec in
+    bin=* | pywheels=* | *=) echo "stage-gpu: bad build name in '$spec'"; exit 2 ;;
+    ?*=?*) build_bench_at "${spec%%=*}" "${spec#*=}" ;;
+    *) echo "stage-gpu: '$spec' is not NAME=REV"; exit 2 ;;
+  esac
+done
 mkdir -p "$stage/bin"
 cp "$root"/build/tests/test_* "$root"/build/tests/fp4moe-make-checkpoint "$root"/build/fp4moe-* "$stage/bin/"
 strip --strip-debug "$stage"/bin/* 2>/dev/null || true
 rm -rf "$root/gpubin" && mkdir -p "$root/gpubin"
 tar -C "$stage" -czf "$root/gpubin/bin.tar.gz" bin
-if [ -n "$base_wt" ]; then
-  mkdir -p "$root/gpubin/base"
-  cp "$base_wt/build/fp4moe-bench" "$root/gpubin/base/"
-  strip --strip-debug "$root/gpubin/base/fp4moe-bench" 2>/dev/null || true
-  echo "stage-gpu: gpubin/base/fp4moe-bench is $(git -C "$root" rev-parse --short=12 "$rev")"
-fi
+for spec in "${builds[@]}"; do cp -r "$stage/${spec%%=*}" "$root/gpubin/"; done
 tar -C "$root/.deps/cutlass" -czf "$root/gpubin/cutlass.tar.gz" include
 python3 -m pip download -q --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
   -d "$root/gpubin/pywheels" scikit-build-core==1.1.2 nanobind==3.1.0 pytest
