@@ -19,6 +19,10 @@ namespace fp4moe {
 
 constexpr int kMaxTileTokens = 256;  // the largest token tile of any GEMM config (slack rows)
 
+// The plan runs in kPlanCtas CTAs (three launches) from kPlanMultiMinPairs routed pairs, else in one.
+constexpr int kPlanCtas = 64;
+constexpr int64_t kPlanMultiMinPairs = 16384;
+
 // Split-K (LayerOptions::split_k, BN16 configs): at most kMaxSplitUnits (tile, K range) work units
 // per GEMM, each leaving up to kSplitUnitFloats fp32 partial sums (4 consumers x 128 threads x 8).
 constexpr int kMaxSplitUnits = 256;
@@ -43,6 +47,7 @@ struct WorkspaceLayout {
   size_t seg_start = 0;    // int32 [E_local + 1]: first row of each expert's segment (multiple of 8)
   size_t tile_start = 0;   // int32 [E_local + 1]: first token tile of each expert (for the run's tile size)
   size_t tail_start = 0;   // int32 [E_local + 1]: first tail tile of each expert (PermuteParams::tail_rows)
+  size_t plan_hist = 0;    // int32 [kPlanCtas][E_local + 1]: the multi-CTA plan's per-CTA counts, then rows
   size_t pair_row = 0;     // int32 [max_pairs]: row of a (token, slot) pair, -1 if not local
   size_t row_pair = 0;     // int32 [rows_cap]: pair of a row (valid rows only)
   size_t row_weight = 0;   // fp32 [rows_cap]: router weight of a row's pair (valid rows only; the permute's copy)
@@ -77,6 +82,7 @@ struct WorkspaceLayout {
     w.seg_start = take(4 * e1);
     w.tile_start = take(4 * e1);
     w.tail_start = take(4 * e1);
+    w.plan_hist = take(4 * size_t(kPlanCtas) * e1);
     w.pair_row = take(4 * size_t(w.max_pairs));
     w.row_pair = take(4 * size_t(w.rows_cap));
     w.row_weight = take(4 * size_t(w.rows_cap));
@@ -99,6 +105,7 @@ struct WorkspacePtrs {
   int32_t* seg_start;
   int32_t* tile_start;
   int32_t* tail_start;
+  int32_t* plan_hist;
   int32_t* pair_row;
   int32_t* row_pair;
   float* row_weight;
@@ -113,6 +120,7 @@ struct WorkspacePtrs {
     return {reinterpret_cast<int32_t*>(b + l.topk_ids), reinterpret_cast<float*>(b + l.topk_weights),
             reinterpret_cast<int32_t*>(b + l.counts),   reinterpret_cast<int32_t*>(b + l.seg_start),
             reinterpret_cast<int32_t*>(b + l.tile_start), reinterpret_cast<int32_t*>(b + l.tail_start),
+            reinterpret_cast<int32_t*>(b + l.plan_hist),
             reinterpret_cast<int32_t*>(b + l.pair_row),
             reinterpret_cast<int32_t*>(b + l.row_pair),   reinterpret_cast<float*>(b + l.row_weight),
             reinterpret_cast<uint16_t*>(b + l.x),       reinterpret_cast<uint16_t*>(b + l.h),

@@ -19,8 +19,7 @@ constexpr int kRowThreads = 128;
 constexpr int kPlanBatch = 8;     // routed ids a plan thread loads before it uses them
 
 // The routed ids of pairs i0, i0 + blockDim.x, ... (kPlanBatch of them, -1 from end on), all loaded
-// before any is used. (__ldcg: written by the routing kernel, the plan's PDL primary, so not through
-// the non-coherent path.)
+// before any is used.
 __device__ __forceinline__ void load_ids(const PermuteParams& p, int64_t i0, int64_t end, int32_t (&ids)[kPlanBatch]) {
 #pragma unroll
   for (int j = 0; j < kPlanBatch; ++j) {
@@ -29,8 +28,128 @@ __device__ __forceinline__ void load_ids(const PermuteParams& p, int64_t i0, int
   }
 }
 
-// One CTA. Shared memory: E_local counters.
+// Counts the local pairs of [begin, end) per expert into the shared counters (and bad ids into
+// *bad). The ids are read kPlanBatch at a time before their atomics (at 65536 pairs, DeepSeek-R1
+// T=8192, one CTA took 100 us reading one at a time, 83 us in batches). (__ldcg: the ids were written
+// by the routing kernel, this kernel's PDL primary, so not through the non-coherent path.)
+__device__ __forceinline__ void plan_count(const PermuteParams& p, int64_t begin, int64_t end, int32_t* counts,
+                                           int32_t* bad) {
+  const int num_local = p.num_local_experts;
+  const int64_t batch_stride = int64_t(blockDim.x) * kPlanBatch;
+  for (int64_t i0 = begin + threadIdx.x; i0 < end; i0 += batch_stride) {
+    int32_t ids[kPlanBatch];
+    load_ids(p, i0, end, ids);
+#pragma unroll
+    for (int j = 0; j < kPlanBatch; ++j) {
+      const int32_t e = ids[j];
+      if (e < 0 || e >= p.num_experts) {
+        if (i0 + int64_t(j) * blockDim.x < end) atomicAdd(bad, 1);
+        continue;
+      }
+      const int local = e - p.expert_begin;
+      if (local >= 0 && local < num_local) atomicAdd(&counts[local], 1);
+    }
+  }
+}
+
+// Warp 0 scans the padded counts and the token-tile and tail-tile counts in chunks of 32 experts,
+// writes counts, seg_start, tile_start, tail_start (and the bad-id count) and turns the shared
+// counters into each expert's first row.
+__device__ __forceinline__ void plan_scan(const PermuteParams& p, int32_t* counts, int32_t bad_ids) {
+  const int num_local = p.num_local_experts;
+  if (threadIdx.x >= 32) return;
+  const int lane = threadIdx.x;
+  int32_t row_base = 0, tile_base = 0, tail_base = 0;
+  for (int e0 = 0; e0 < num_local; e0 += 32) {
+    const int e = e0 + lane;
+    const int32_t count = e < num_local ? counts[e] : 0;
+    const int32_t rows = (count + 7) / 8 * 8;
+    const int32_t rest = count % p.tile_tokens;
+    const int32_t tail = count > p.tile_tokens && rest > 0 && rest <= p.tail_rows ? 1 : 0;
+    const int32_t tiles = (count + p.tile_tokens - 1) / p.tile_tokens - tail;
+    int32_t rows_incl = rows, tiles_incl = tiles, tails_incl = tail;
+#pragma unroll
+    for (int d = 1; d < 32; d *= 2) {
+      const int32_t r = __shfl_up_sync(0xffffffffu, rows_incl, d);
+      const int32_t t = __shfl_up_sync(0xffffffffu, tiles_incl, d);
+      const int32_t u = __shfl_up_sync(0xffffffffu, tails_incl, d);
+      if (lane >= d) rows_incl += r, tiles_incl += t, tails_incl += u;
+    }
+    if (e < num_local) {
+      p.ws.counts[e] = count;
+      p.ws.seg_start[e] = row_base + rows_incl - rows;
+      counts[e] = row_base + rows_incl - rows;  // from here on: expert e's first row
+      p.ws.tile_start[e] = tile_base + tiles_incl - tiles;
+      p.ws.tail_start[e] = tail_base + tails_incl - tail;
+    }
+    row_base += __shfl_sync(0xffffffffu, rows_incl, 31);
+    tile_base += __shfl_sync(0xffffffffu, tiles_incl, 31);
+    tail_base += __shfl_sync(0xffffffffu, tails_incl, 31);
+  }
+  if (lane == 0) {
+    p.ws.seg_start[num_local] = row_base;
+    p.ws.tile_start[num_local] = tile_base;
+    p.ws.tail_start[num_local] = tail_base;
+    p.ws.counts[num_local] = bad_ids;  // read by MoeLayer::check_device_errors()
+  }
+}
+
+// Rows: each local pair of [begin, end) takes the next row of its expert (shared cursors; the order
+// within a segment is the order of the atomics; no result depends on it: rows are computed
+// independently and finalize sums by slot). Here rather than in the permute, so that the permute
+// can spread one row over several CTAs.
+__device__ __forceinline__ void plan_assign(const PermuteParams& p, int64_t begin, int64_t end, int32_t* cursor) {
+  const int num_local = p.num_local_experts;
+  const int64_t batch_stride = int64_t(blockDim.x) * kPlanBatch;
+  for (int64_t i0 = begin + threadIdx.x; i0 < end; i0 += batch_stride) {
+    int32_t ids[kPlanBatch];
+    load_ids(p, i0, end, ids);
+#pragma unroll
+    for (int j = 0; j < kPlanBatch; ++j) {
+      const int64_t i = i0 + int64_t(j) * blockDim.x;
+      if (i >= end) break;
+      const int32_t e = ids[j];
+      const int local = e - p.expert_begin;
+      int32_t row = -1;
+      if (e >= 0 && e < p.num_experts && local >= 0 && local < num_local) {
+        row = atomicAdd(&cursor[local], 1);
+        p.ws.row_pair[row] = int32_t(i);
+      }
+      p.ws.pair_row[i] = row;
+    }
+  }
+}
+
+// Zeroes the GEMMs' split-K arrival counters (every forward starts them at zero).
+__device__ __forceinline__ void zero_split_counters(const PermuteParams& p) {
+  for (int i = threadIdx.x; i < p.layout.split_counters; i += blockDim.x) p.ws.split_count[i] = 0;
+}
+
+// The plan in one CTA (up to kPlanMultiMinPairs pairs). Shared memory: E_local counters.
 __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PermuteParams p) {
+  extern __shared__ int32_t smem_counts[];
+  for (int e = threadIdx.x; e < p.num_local_experts; e += blockDim.x) smem_counts[e] = 0;
+  __shared__ int32_t bad_ids;
+  if (threadIdx.x == 0) bad_ids = 0;
+  pdl_launch_dependents();
+  pdl_wait();  // the routing output
+  __syncthreads();
+  zero_split_counters(p);
+  const int64_t num_pairs = p.num_tokens * p.top_k;
+  plan_count(p, 0, num_pairs, smem_counts, &bad_ids);
+  __syncthreads();
+  plan_scan(p, smem_counts, bad_ids);
+  __syncthreads();
+  plan_assign(p, 0, num_pairs, smem_counts);
+}
+
+// The plan over kPlanCtas CTAs (from kPlanMultiMinPairs pairs: one CTA's shared-memory atomics took
+// 84 us at 65536 pairs), in three launches: each CTA counts a slice of the pairs into its row of
+// ws.plan_hist; one CTA sums the rows, scans them like plan_kernel and replaces each CTA's count by
+// its first row in each expert's segment; each CTA then places its slice from those rows.
+__host__ __device__ constexpr int64_t plan_slice(int64_t num_pairs) { return (num_pairs + kPlanCtas - 1) / kPlanCtas; }
+
+__global__ void __launch_bounds__(kPlanThreads) plan_count_kernel(PermuteParams p) {
   extern __shared__ int32_t smem_counts[];
   const int num_local = p.num_local_experts;
   for (int e = threadIdx.x; e < num_local; e += blockDim.x) smem_counts[e] = 0;
@@ -39,87 +158,62 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PermuteParams p) {
   pdl_launch_dependents();
   pdl_wait();  // the routing output
   __syncthreads();
-  // The GEMMs' split-K arrival counters start every forward at zero.
-  for (int i = threadIdx.x; i < p.layout.split_counters; i += blockDim.x) p.ws.split_count[i] = 0;
-  const int64_t num_pairs = p.num_tokens * p.top_k;
-  // The ids are read kPlanBatch at a time before their atomics (at 65536 pairs, DeepSeek-R1 T=8192,
-  // the plan took 100 us reading one at a time, 83 us in batches; the shared-memory atomics of one
-  // CTA are probably most of the rest, not measured).
-  const int64_t batch_stride = int64_t(blockDim.x) * kPlanBatch;
-  for (int64_t i0 = threadIdx.x; i0 < num_pairs; i0 += batch_stride) {
-    int32_t ids[kPlanBatch];
-    load_ids(p, i0, num_pairs, ids);
-#pragma unroll
-    for (int j = 0; j < kPlanBatch; ++j) {
-      const int32_t e = ids[j];
-      if (e < 0 || e >= p.num_experts) {
-        if (i0 + int64_t(j) * blockDim.x < num_pairs) atomicAdd(&bad_ids, 1);
-        continue;
-      }
-      const int local = e - p.expert_begin;
-      if (local >= 0 && local < num_local) atomicAdd(&smem_counts[local], 1);
-    }
+  const int64_t num_pairs = p.num_tokens * p.top_k, slice = plan_slice(num_pairs);
+  const int64_t begin = std::min<int64_t>(int64_t(blockIdx.x) * slice, num_pairs);
+  plan_count(p, begin, std::min<int64_t>(begin + slice, num_pairs), smem_counts, &bad_ids);
+  __syncthreads();
+  int32_t* hist = p.ws.plan_hist + int64_t(blockIdx.x) * (num_local + 1);
+  for (int e = threadIdx.x; e < num_local; e += blockDim.x) hist[e] = smem_counts[e];
+  if (threadIdx.x == 0) hist[num_local] = bad_ids;
+}
+
+__global__ void __launch_bounds__(kPlanThreads) plan_scan_kernel(PermuteParams p) {
+  extern __shared__ int32_t smem_counts[];
+  const int num_local = p.num_local_experts;
+  __shared__ int32_t bad_ids;
+  pdl_launch_dependents();
+  pdl_wait();  // the per-CTA counts
+  zero_split_counters(p);
+  const int stride = num_local + 1;
+  for (int e = threadIdx.x; e <= num_local; e += blockDim.x) {
+    int32_t sum = 0;
+#pragma unroll 16
+    for (int c = 0; c < kPlanCtas; ++c) sum += p.ws.plan_hist[c * stride + e];
+    if (e < num_local) smem_counts[e] = sum;
+    else bad_ids = sum;
   }
   __syncthreads();
-  // Warp 0 scans the padded counts and the token-tile and tail-tile counts in chunks of 32 experts.
-  if (threadIdx.x < 32) {
-    const int lane = threadIdx.x;
-    int32_t row_base = 0, tile_base = 0, tail_base = 0;
-    for (int e0 = 0; e0 < num_local; e0 += 32) {
-      const int e = e0 + lane;
-      const int32_t count = e < num_local ? smem_counts[e] : 0;
-      const int32_t rows = (count + 7) / 8 * 8;
-      const int32_t rest = count % p.tile_tokens;
-      const int32_t tail = count > p.tile_tokens && rest > 0 && rest <= p.tail_rows ? 1 : 0;
-      const int32_t tiles = (count + p.tile_tokens - 1) / p.tile_tokens - tail;
-      int32_t rows_incl = rows, tiles_incl = tiles, tails_incl = tail;
-#pragma unroll
-      for (int d = 1; d < 32; d *= 2) {
-        const int32_t r = __shfl_up_sync(0xffffffffu, rows_incl, d);
-        const int32_t t = __shfl_up_sync(0xffffffffu, tiles_incl, d);
-        const int32_t u = __shfl_up_sync(0xffffffffu, tails_incl, d);
-        if (lane >= d) rows_incl += r, tiles_incl += t, tails_incl += u;
-      }
-      if (e < num_local) {
-        p.ws.counts[e] = count;
-        p.ws.seg_start[e] = row_base + rows_incl - rows;
-        smem_counts[e] = row_base + rows_incl - rows;  // from here on: expert e's placement cursor
-        p.ws.tile_start[e] = tile_base + tiles_incl - tiles;
-        p.ws.tail_start[e] = tail_base + tails_incl - tail;
-      }
-      row_base += __shfl_sync(0xffffffffu, rows_incl, 31);
-      tile_base += __shfl_sync(0xffffffffu, tiles_incl, 31);
-      tail_base += __shfl_sync(0xffffffffu, tails_incl, 31);
-    }
-    if (lane == 0) {
-      p.ws.seg_start[num_local] = row_base;
-      p.ws.tile_start[num_local] = tile_base;
-      p.ws.tail_start[num_local] = tail_base;
-      p.ws.counts[num_local] = bad_ids;  // read by MoeLayer::check_device_errors()
-    }
-  }
+  plan_scan(p, smem_counts, bad_ids);
   __syncthreads();
-  // Rows: each local pair takes the next row of its expert's segment (the order within a segment is
-  // the order of the shared-memory atomics; no result depends on it: rows are computed independently
-  // and finalize sums by slot). Here rather than in the permute, so that the permute can spread one
-  // row over several CTAs.
-  for (int64_t i0 = threadIdx.x; i0 < num_pairs; i0 += batch_stride) {
-    int32_t ids[kPlanBatch];
-    load_ids(p, i0, num_pairs, ids);
+  // Each CTA's first row in each expert's segment: the segment start plus the earlier CTAs' counts.
+  // (16 counts loaded before any store: one at a time, each load waited behind the previous store.)
+  static_assert(kPlanCtas % 16 == 0, "the per-CTA rows go 16 CTAs at a time");
+  for (int e = threadIdx.x; e < num_local; e += blockDim.x) {
+    int32_t row = smem_counts[e];
+    for (int c0 = 0; c0 < kPlanCtas; c0 += 16) {
+      int32_t n[16];
 #pragma unroll
-    for (int j = 0; j < kPlanBatch; ++j) {
-      const int64_t i = i0 + int64_t(j) * blockDim.x;
-      if (i >= num_pairs) break;
-      const int32_t e = ids[j];
-      const int local = e - p.expert_begin;
-      int32_t row = -1;
-      if (e >= 0 && e < p.num_experts && local >= 0 && local < num_local) {
-        row = atomicAdd(&smem_counts[local], 1);
-        p.ws.row_pair[row] = int32_t(i);
+      for (int c = 0; c < 16; ++c) n[c] = p.ws.plan_hist[(c0 + c) * stride + e];
+#pragma unroll
+      for (int c = 0; c < 16; ++c) {
+        p.ws.plan_hist[(c0 + c) * stride + e] = row;
+        row += n[c];
       }
-      p.ws.pair_row[i] = row;
     }
   }
+}
+
+__global__ void __launch_bounds__(kPlanThreads) plan_assign_kernel(PermuteParams p) {
+  extern __shared__ int32_t smem_cursor[];
+  const int num_local = p.num_local_experts;
+  pdl_launch_dependents();
+  pdl_wait();  // the rows of the scan
+  const int32_t* first = p.ws.plan_hist + int64_t(blockIdx.x) * (num_local + 1);
+  for (int e = threadIdx.x; e < num_local; e += blockDim.x) smem_cursor[e] = first[e];
+  __syncthreads();
+  const int64_t num_pairs = p.num_tokens * p.top_k, slice = plan_slice(num_pairs);
+  const int64_t begin = std::min<int64_t>(int64_t(blockIdx.x) * slice, num_pairs);
+  plan_assign(p, begin, std::min<int64_t>(begin + slice, num_pairs), smem_cursor);
 }
 
 __device__ __forceinline__ void store_piece(uint16_t* tiled, int64_t row, int64_t k, int64_t rows_cap, uint4 v) {
@@ -225,7 +319,11 @@ Status launch_plan(const PermuteParams& p, cudaStream_t stream) {
   if (p.tile_tokens <= 0 || p.tail_rows < 0 || (p.tail_rows > 0 && p.tail_rows >= p.tile_tokens))
     return internal_error("plan: tile_tokens ", p.tile_tokens, " with tail_rows ", p.tail_rows);
   const size_t smem = sizeof(int32_t) * size_t(p.num_local_experts);
-  return launch_pdl(plan_kernel, dim3(1), dim3(kPlanThreads), smem, stream, p);
+  if (p.num_tokens * p.top_k < kPlanMultiMinPairs)
+    return launch_pdl(plan_kernel, dim3(1), dim3(kPlanThreads), smem, stream, p);
+  FP4MOE_RETURN_IF_ERROR(launch_pdl(plan_count_kernel, dim3(kPlanCtas), dim3(kPlanThreads), smem, stream, p));
+  FP4MOE_RETURN_IF_ERROR(launch_pdl(plan_scan_kernel, dim3(1), dim3(kPlanThreads), smem, stream, p));
+  return launch_pdl(plan_assign_kernel, dim3(kPlanCtas), dim3(kPlanThreads), smem, stream, p);
 }
 
 Status launch_permute(const PermuteParams& p, cudaStream_t stream) {
