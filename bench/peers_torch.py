@@ -7,12 +7,14 @@ permute (stable sort by expert), GEMM1 (gate|up), SwiGLU, GEMM2 (down), router-w
   - bf16:  torch._grouped_mm on bf16 weights;
   - fp8:   torch._scaled_grouped_mm on e4m3 weights with per-output-row scales and the activations
            quantized per row inside the timed layer.
-Timed with CUDA events after warm-up, median of --iters. Writes JSON (--json).
+Timed with CUDA events after a warm-up of at least --warmup calls and --warmup-ms milliseconds,
+median of --iters. Writes JSON (--json).
 """
 import argparse
 import datetime
 import json
 import statistics
+import time
 
 import torch
 import torch.nn.functional as F
@@ -71,9 +73,15 @@ def layer_fp8(x, ids, w, w13q, s13, w2q, s2):
     return torch.zeros_like(x).index_add_(0, tok, y)
 
 
-def time_ms(fn, warmup, iters):
-    for _ in range(warmup):
+def time_ms(fn, warmup, iters, warmup_ms):
+    # at least `warmup` calls and `warmup_ms` of wall time (synchronized every 8 calls), as
+    # fp4moe-bench warms up: a loaded H200 runs at its power cap, with a lower SM clock
+    t0, i = time.perf_counter(), 0
+    while i < warmup or (time.perf_counter() - t0) * 1e3 < warmup_ms:
         fn()
+        i += 1
+        if i % 8 == 0:
+            torch.cuda.synchronize()
     times = []
     for _ in range(iters):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -91,6 +99,7 @@ def main():
     ap.add_argument("--tokens", default="1,8,32,128,512,2048,8192")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--warmup-ms", type=float, default=500.0)
     ap.add_argument("--json")
     args = ap.parse_args()
     H, I, E, k = PRESETS[args.preset]
@@ -109,7 +118,7 @@ def main():
         for name, fn in (("bf16_layer_ms", lambda: layer_bf16(x, ids, w, w13, w2)),
                          ("fp8_layer_ms", lambda: layer_fp8(x, ids, w, w13q, s13, w2q, s2))):
             try:
-                row[name] = time_ms(fn, args.warmup, args.iters)
+                row[name] = time_ms(fn, args.warmup, args.iters, args.warmup_ms)
             except Exception as exc:  # report, keep the other peer
                 row[name] = None
                 row[name.replace("_ms", "_error")] = f"{type(exc).__name__}: {str(exc)[:300]}"
@@ -117,7 +126,7 @@ def main():
         print(json.dumps(row), flush=True)
     result = {"tool": "bench/peers_torch.py", "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
               "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "preset": args.preset,
-              "routing": "random", "rows": rows}
+              "routing": "random", "warmup_ms": args.warmup_ms, "rows": rows}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
