@@ -2,7 +2,8 @@
 # Builds here and packs what the GPU machine needs into gpubin/ (git-ignored), which the device tool
 # carries (`carry: ["gpubin"]`, 64 MiB at most, hence the compression):
 #   gpubin/bin.tar.gz       the test and tool binaries (scripts/gpu-check.sh unpacks it to gpubin/bin)
-#   gpubin/cutlass.tar.gz   the CUTLASS/CuTe headers, for building the Python extension there
+#   gpubin/cutlass.tar.gz   the CUTLASS/CuTe headers, for building the Python extension there (both
+#                           Python parts are left out with FP4MOE_STAGE_PYTHON=0: room for more builds)
 #   gpubin/pywheels/        build and test dependencies of the Python package for the GPU machine's
 #                           Python 3.12 (it has no registry access)
 #   gpubin/base/fp4moe-bench  with FP4MOE_STAGE_BASE=REV only: fp4moe-bench built at another commit
@@ -51,9 +52,11 @@ strip --strip-debug "$stage"/bin/* 2>/dev/null || true
 rm -rf "$root/gpubin" && mkdir -p "$root/gpubin"
 tar -C "$stage" -czf "$root/gpubin/bin.tar.gz" bin
 for spec in "${builds[@]}"; do cp -r "$stage/${spec%%=*}" "$root/gpubin/"; done
-tar -C "$root/.deps/cutlass" -czf "$root/gpubin/cutlass.tar.gz" include
-python3 -m pip download -q --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
-  -d "$root/gpubin/pywheels" scikit-build-core==1.1.2 nanobind==3.1.0 pytest
+if [ "${FP4MOE_STAGE_PYTHON:-1}" != 0 ]; then
+  tar -C "$root/.deps/cutlass" -czf "$root/gpubin/cutlass.tar.gz" include
+  python3 -m pip download -q --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
+    -d "$root/gpubin/pywheels" scikit-build-core==1.1.2 nanobind==3.1.0 pytest
+fi
 du -sh "$root"/gpubin/*
 size=$(du -sb "$root/gpubin" | cut -f1)
 if [ "$size" -gt $((64 * 1024 * 1024)) ]; then
