@@ -130,19 +130,6 @@ FP4MOE_HD uint32_t rotl32(uint32_t w, int r) {
 #endif
 }
 
-// rotl32(w, r) & mask as the two halves of the 64-bit product w * 2^r (low: w << r, high: w >> (32 - r),
-// disjoint bits) merged under the mask by one 3-input LOP3: on the GPU the product is one IMAD.WIDE
-// on the FMA pipe, where a funnel shift would take the half-rate ALU pipe.
-FP4MOE_HD uint32_t rotl32_masked(uint32_t w, int r, uint32_t mask) {
-#if defined(__CUDA_ARCH__)
-  uint32_t lo, hi;
-  asm("{.reg .b64 p;\n\tmul.wide.u32 p, %2, %3;\n\tmov.b64 {%0, %1}, p;}" : "=r"(lo), "=r"(hi) : "r"(w), "r"(1u << r));
-  return (lo | hi) & mask;
-#else
-  return rotl32(w, r) & mask;
-#endif
-}
-
 // Register q of a word, before the scale: bf16x2 whose halves are the e2m1 codes * 2^-126 (see the
 // header comment). The kernels' decode; the tests check it against unpack_code for every bit.
 // (Registers 2 and 3 shift where the rotation's wrapped bits are all masked off: see the header.)
@@ -150,9 +137,9 @@ FP4MOE_HD uint32_t fragment_bits(uint32_t w, int q) {
   constexpr uint32_t kMagSign = 0x81C081C0u;
   switch (q) {
     case 0: return w & kMagSign;
-    case 1: return rotl32_masked(w, 10, kMagSign);
+    case 1: return rotl32(w, 10) & kMagSign;
     case 2: return (w << 4) & kMagSign;
-    default: return ((w << 6) & 0x80C080C0u) | rotl32_masked(w, 14, 0x01000100u);
+    default: return ((w << 6) & 0x80C080C0u) | (rotl32(w, 14) & 0x01000100u);
   }
 }
 
