@@ -18,10 +18,7 @@
 //     The bit placement (kFragmentRotation, fragment_bit) is chosen so that the whole word decodes
 //     with 4 rotations and 5 masks: registers 0, 1, 2 each come from one rotation (0, 10, 4) and one
 //     AND, register 3 from two (m0, m1 and the sign by 6, m2 by 14). No placement does it with fewer
-//     (four single-rotation registers cannot tile the 32 bits). The rotations by 4 and by 6 bring no
-//     masked bit across bit 31, so they are plain left shifts, which ptxas issues as IMAD.SHL on the
-//     FMA pipe: the decode's integer work, which contends for the half-rate ALU pipe with the masks
-//     and rotations, is 5 masks, 2 rotations and 1 byte permute per word instead of 5, 4 and 1.
+//     (four single-rotation registers cannot tile the 32 bits).
 //   - 256 bytes of scale codes, one byte per (row, k16 block), in pairs: thread t's rows r0 and r1
 //     are the 8 bytes at (t / 4) * 8, ordered (r0 block 0, r1 block 0, r0 block 1, r1 block 1, ...),
 //     so one 8-byte load gives a thread all its scales, and one byte permute plus one integer
@@ -132,14 +129,13 @@ FP4MOE_HD uint32_t rotl32(uint32_t w, int r) {
 
 // Register q of a word, before the scale: bf16x2 whose halves are the e2m1 codes * 2^-126 (see the
 // header comment). The kernels' decode; the tests check it against unpack_code for every bit.
-// (Registers 2 and 3 shift where the rotation's wrapped bits are all masked off: see the header.)
 FP4MOE_HD uint32_t fragment_bits(uint32_t w, int q) {
   constexpr uint32_t kMagSign = 0x81C081C0u;
   switch (q) {
     case 0: return w & kMagSign;
     case 1: return rotl32(w, 10) & kMagSign;
-    case 2: return (w << 4) & kMagSign;
-    default: return ((w << 6) & 0x80C080C0u) | (rotl32(w, 14) & 0x01000100u);
+    case 2: return rotl32(w, 4) & kMagSign;
+    default: return (rotl32(w, 6) & 0x80C080C0u) | (rotl32(w, 14) & 0x01000100u);
   }
 }
 
