@@ -9,4 +9,4 @@ SECONDS=0
 FP4MOE_SECTIONS="tests memcheck python" FP4MOE_RACECHECK=1 FP4MOE_RACECHECK_TIMEOUT=240 FP4MOE_MEMCHECK_TIMEOUT=240 \
   timeout 580 scripts/gpu-check.sh > $o/a_run4.txt 2>&1
 echo "=== gpu-check exit $? ($SECONDS s)" >> $o/a_run4.txt
-cd $o && tar czf logs.tgz *.log 2>/dev/null; ls
+cd $o && ls && tar czf logs.tgz --exclude=a_run4.txt --exclude=logs.tgz . && find . -type f ! -name a_run4.txt ! -name logs.tgz -delete
