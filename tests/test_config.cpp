@@ -206,7 +206,7 @@ TEST(TuneTable, CompiledConfigNames) {
   for (const auto& c : compiled_configs()) names.push_back(c.name());
   const std::vector<std::string> want = {"BN16_C4_S6_x1_db_c2", "BN32_C4_S5_x1_db_c2", "BN64_C4_S4_x1_c2",
                                          "BN128_C2_S6_x1_db",   "BN128_C4_S5_x1",      "BN256_C2_S4_x1_db",
-                                         "BN96_C4_S8_x1",       "BN48_C4_S5_x1_db_c2", "BN16_C2_S8_x1_db_c2",
+                                         "BN96_C4_S6_x1",       "BN48_C4_S5_x1_db_c2", "BN16_C2_S8_x1_db_c2",
                                          "BN80_C4_S9_x1"};
   EXPECT_EQ(names, want);
 }

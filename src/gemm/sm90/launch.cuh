@@ -57,7 +57,7 @@ template <bool kGemm1>
 using CompiledTraits = std::tuple<Sm90Traits<16, 4, 6, 1, kGemm1, true, 2>, Sm90Traits<32, 4, 5, 1, kGemm1, true, 2>,
                                   Sm90Traits<64, 4, 4, 1, kGemm1, false, 2>, Sm90Traits<128, 2, 6, 1, kGemm1, true>,
                                   Sm90Traits<128, 4, 5, 1, kGemm1, false>, Sm90Traits<256, 2, 4, 1, kGemm1, true>,
-                                  Sm90Traits<96, 4, 8, 1, kGemm1, false>,
+                                  Sm90Traits<96, 4, 6, 1, kGemm1, false>,
                                   Sm90Traits<48, 4, 5, 1, kGemm1, true, 2>,
                                   Sm90Traits<16, 2, 8, 1, kGemm1, true, 2>,
                                   Sm90Traits<80, 4, 9, 1, kGemm1, false>>;

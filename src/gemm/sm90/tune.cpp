@@ -29,7 +29,7 @@ const std::vector<Sm90Config>& compiled_configs() {
       // experts' single tile at N = 128 for 65-90 rows: 10-12% faster than the best other config at
       // 64 rows per expert for DeepSeek-R1, gpt-oss-120b, Qwen3-30B and Qwen3-235B, 6-12% slower at 128
       // (bench/results/2026-11-30_h200_tune_bn96.txt). Single-buffered: double buffering serialized.
-      {96, 4, 8, 1, "large: 65-80 rows per expert"},
+      {96, 4, 6, 1, "large: 65-80 rows per expert"},
       // A 48-token tile (double-buffered, two chunks a stage): 7-12% faster than BN64 at 32-40 rows
       // per expert on DeepSeek-R1, Qwen3-30B and gpt-oss-120b (bench/results/2026-11-30_h200_tune_bn48.txt).
       {48, 4, 5, 1, "medium: 25-40 rows per expert", true, 2},
@@ -39,8 +39,11 @@ const std::vector<Sm90Config>& compiled_configs() {
       // gpt-oss-120b in one run (bench/results/2026-11-30_h200_tune_bn80.txt); DeepSeek-R1 T=2048 took
       // 3.59 ms with it against BN96's 4.02 in another run, on another H200. A BN112 of the same kind
       // was 2% slower than BN128_C4 at 96 rows per expert (Qwen3-30B) and was not kept.
-      // Stages (session 8): 9 for BN80 and 8 for BN96, the most that fit (were 6): at DeepSeek-R1
-      // T=2048 the consumers' waits on a full stage were 8% of GEMM1's stall samples.
+      // 9 stages, the most that fit (6 until session 8): at DeepSeek-R1 T=2048 the consumers' waits on
+      // a full stage were 8% of GEMM1's stall samples. A/B against 6 (one H200, 2 repetitions):
+      // DeepSeek-R1 T=2048 -0.7%, gpt-oss-120b T=2048 -0.4%, Qwen3-30B T=1024 -2.8%. BN96 with 8
+      // stages measured +1.4% at DeepSeek-R1 T=2304 in the same run and keeps 6
+      // (bench/results/2026-11-30_h200_s8_run7_stages_8e1b50f.txt).
       {80, 4, 9, 1, "large: 57-64 rows per expert"},
   };
   return kConfigs;
