@@ -12,7 +12,8 @@
 #   checkpoint  generated checkpoints through fp4moe-check and fp4moe-bench --checkpoint
 #   parallel    test_parallel_gpu and fp4moe-bench-parallel --nproc 2 (2 GPUs)
 # Exits non-zero when any step it ran failed (every step prints "=== <what> exit <rc>").
-# Every JSON it writes (bench, peers) is also packed into $OUT/json.tgz at the end, so that none is
+# Every JSON it writes (bench, peers) is also packed into $OUT/00-json.tgz at the end (named to sort
+# first: the device tool returned the first 8 files by name), so that none is
 # lost to the device tool's 8 returned files (session 8's run 3 lost three).
 set -u
 root=$(pwd)
@@ -173,7 +174,7 @@ if has parallel; then
   } >> "$out/parallel.log" 2>&1
   grep -E "^=== " "$out/parallel.log"
 fi
-if ls "$out"/*.json > /dev/null 2>&1; then (cd "$out" && tar czf json.tgz ./*.json); fi
+if ls "$out"/*.json > /dev/null 2>&1; then (cd "$out" && tar czf 00-json.tgz ./*.json); fi
 # every "=== ... exit N" line of this run's logs; any N != 0 fails the run
 if cat "$out"/*.log 2>/dev/null | grep -E "^=== .* exit [0-9]+" | grep -vqE " exit 0( in [0-9]+ s)?$"; then
   echo "gpu-check: FAILED steps:"; cat "$out"/*.log | grep -E "^=== .* exit [0-9]+" | grep -vE " exit 0( in [0-9]+ s)?$"
