@@ -7,7 +7,7 @@
 // GEMMs (a loaded H200 runs into its power cap, and its SM clock drops from ~1.98 GHz to ~1.4-1.5;
 // the rate of a cold burst is reported too). Per token count: median latency of stream launches and
 // of CUDA-graph replays (device events, after a warm-up of at least --warmup launches and
-// --warmup-ms milliseconds, inputs rotated over more than 3x L2), effective TB/s over the bytes of
+// --warmup-ms milliseconds, at most 200 ms under --tune, inputs rotated over more than 3x L2), effective TB/s over the bytes of
 // the experts the routing touched, TFLOP/s, and the ratio to the floor = max(touched expert bytes /
 // copy bandwidth, FLOPs / sustained matmul rate). --check compares a
 // sample of tokens with the fp64 reference. Without a GPU it says so and runs the CPU reference on a
