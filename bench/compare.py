@@ -23,7 +23,8 @@ def main(ours_path, peers_path):
         fmt = lambda v: f"{v:.3f}" if v else "n/a"
         sp = lambda v: f"{v / r['graph_ms']:.2f}x" if v else "n/a"
         print(f"| {r['T']} | {r['active_experts']} | {r['graph_ms']:.3f} | {r['floor_ms']:.3f} | "
-              f"{r['ratio_to_floor']:.2f} | {r['TBps']:.2f} | {r['TFLOPs']:.0f} | {r['TFLOPs'] / bf16:.0%} | {fmt(b)} | {fmt(f)} | {sp(b)} | {sp(f)} |")
+              f"{r['ratio_to_floor']:.2f} | {r['TBps']:.2f} | {r['TFLOPs']:.0f} | {r['TFLOPs'] / bf16:.0%} | "
+              f"{fmt(b)} | {fmt(f)} | {sp(b)} | {sp(f)} |")
 
 
 if __name__ == "__main__":

@@ -124,9 +124,10 @@ def main():
                 row[name.replace("_ms", "_error")] = f"{type(exc).__name__}: {str(exc)[:300]}"
         rows.append(row)
         print(json.dumps(row), flush=True)
-    result = {"tool": "bench/peers_torch.py", "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-              "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "preset": args.preset,
-              "routing": "random", "warmup_ms": args.warmup_ms, "rows": rows}
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    result = {"tool": "bench/peers_torch.py", "date": now, "gpu": torch.cuda.get_device_name(),
+              "torch": torch.__version__, "preset": args.preset, "routing": "random",
+              "warmup_ms": args.warmup_ms, "rows": rows}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

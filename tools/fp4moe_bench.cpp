@@ -7,11 +7,11 @@
 // GEMMs (a loaded H200 runs into its power cap, and its SM clock drops from ~1.98 GHz to ~1.4-1.5;
 // the rate of a cold burst is reported too). Per token count: median latency of stream launches and
 // of CUDA-graph replays (device events, after a warm-up of at least --warmup launches and
-// --warmup-ms milliseconds, at most 200 ms under --tune, inputs rotated over more than 3x L2), effective TB/s over the bytes of
-// the experts the routing touched, TFLOP/s, and the ratio to the floor = max(touched expert bytes /
-// copy bandwidth, FLOPs / sustained matmul rate). --check compares a
-// sample of tokens with the fp64 reference. Without a GPU it says so and runs the CPU reference on a
-// scaled-down preset instead.
+// --warmup-ms milliseconds, at most 200 ms under --tune; inputs rotated over more than 3x L2),
+// effective TB/s over the bytes of the experts the routing touched, TFLOP/s, and the ratio to the
+// floor = max(touched expert bytes / copy bandwidth, FLOPs / sustained matmul rate). --check
+// compares a sample of tokens with the fp64 reference. Without a GPU it says so and runs the CPU
+// reference on a scaled-down preset instead.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -537,7 +537,8 @@ void write_json(const Options& o, const MoeProblem& p, const char* gpu, const Ce
     << ",\n  \"routing\": \"" << (o.random_routing ? "random" : "model")
     << "\",\n  \"ceilings\": {\"copy_TBps\": " << c.copy_tbps
     << ", \"bf16_mm_TFLOPs\": " << c.bf16_tflops << ", \"bf16_mm_burst_TFLOPs\": " << c.bf16_burst_tflops
-    << ", \"bf16_mm_method\": \"cuBLAS 8192^3, median of 30 after 1.5 s of back-to-back GEMMs (burst: of 10 from idle)\""
+    << ", \"bf16_mm_method\": \"cuBLAS 8192^3, median of 30 after 1.5 s of back-to-back GEMMs"
+    << " (burst: of 10 from idle)\""
     << "},\n  \"warmup_ms\": " << o.warmup_ms << ",\n  \"rows\": [\n";
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
