@@ -18,38 +18,44 @@ constexpr int kPlanThreads = 1024;
 constexpr int kRowThreads = 128;
 constexpr int kPlanBatch = 8;     // routed ids a plan thread loads before it uses them
 
-// The routed ids of pairs i0, i0 + blockDim.x, ... (kPlanBatch of them, -1 from end on), all loaded
-// before any is used.
-__device__ __forceinline__ void load_ids(const PermuteParams& p, int64_t i0, int64_t end, int32_t (&ids)[kPlanBatch]) {
+// Calls visit(i, e) for each routed pair i of [begin, end) this thread owns (begin + threadIdx.x,
+// then every blockDim.x), with its expert id e. The ids are loaded kPlanBatch at a time, all before
+// any is used (at 65536 pairs, DeepSeek-R1 T=8192, one CTA took 100 us reading one at a time, 83 us
+// in batches). (__ldcg: the ids were written by the routing kernel, the plan's PDL primary, so not
+// through the non-coherent path.)
+template <class Visit>
+__device__ __forceinline__ void for_each_routed_id(const PermuteParams& p, int64_t begin, int64_t end,
+                                                   Visit&& visit) {
+  const int64_t batch_stride = int64_t(blockDim.x) * kPlanBatch;
+  for (int64_t i0 = begin + threadIdx.x; i0 < end; i0 += batch_stride) {
+    int32_t ids[kPlanBatch];
 #pragma unroll
-  for (int j = 0; j < kPlanBatch; ++j) {
-    const int64_t i = i0 + int64_t(j) * blockDim.x;
-    ids[j] = i < end ? __ldcg(p.ws.topk_ids + i) : -1;
+    for (int j = 0; j < kPlanBatch; ++j) {
+      const int64_t i = i0 + int64_t(j) * blockDim.x;
+      ids[j] = i < end ? __ldcg(p.ws.topk_ids + i) : -1;
+    }
+#pragma unroll
+    for (int j = 0; j < kPlanBatch; ++j) {
+      const int64_t i = i0 + int64_t(j) * blockDim.x;
+      if (i >= end) break;
+      visit(i, ids[j]);
+    }
   }
 }
 
 // Counts the local pairs of [begin, end) per expert into the shared counters (and bad ids into
-// *bad). The ids are read kPlanBatch at a time before their atomics (at 65536 pairs, DeepSeek-R1
-// T=8192, one CTA took 100 us reading one at a time, 83 us in batches). (__ldcg: the ids were written
-// by the routing kernel, this kernel's PDL primary, so not through the non-coherent path.)
+// *bad).
 __device__ __forceinline__ void plan_count(const PermuteParams& p, int64_t begin, int64_t end, int32_t* counts,
                                            int32_t* bad) {
   const int num_local = p.num_local_experts;
-  const int64_t batch_stride = int64_t(blockDim.x) * kPlanBatch;
-  for (int64_t i0 = begin + threadIdx.x; i0 < end; i0 += batch_stride) {
-    int32_t ids[kPlanBatch];
-    load_ids(p, i0, end, ids);
-#pragma unroll
-    for (int j = 0; j < kPlanBatch; ++j) {
-      const int32_t e = ids[j];
-      if (e < 0 || e >= p.num_experts) {
-        if (i0 + int64_t(j) * blockDim.x < end) atomicAdd(bad, 1);
-        continue;
-      }
-      const int local = e - p.expert_begin;
-      if (local >= 0 && local < num_local) atomicAdd(&counts[local], 1);
+  for_each_routed_id(p, begin, end, [&](int64_t, int32_t e) {
+    if (e < 0 || e >= p.num_experts) {
+      atomicAdd(bad, 1);
+      return;
     }
-  }
+    const int local = e - p.expert_begin;
+    if (local >= 0 && local < num_local) atomicAdd(&counts[local], 1);
+  });
 }
 
 // Warp 0 scans the padded counts and the token-tile and tail-tile counts in chunks of 32 experts,
@@ -100,24 +106,15 @@ __device__ __forceinline__ void plan_scan(const PermuteParams& p, int32_t* count
 // can spread one row over several CTAs.
 __device__ __forceinline__ void plan_assign(const PermuteParams& p, int64_t begin, int64_t end, int32_t* cursor) {
   const int num_local = p.num_local_experts;
-  const int64_t batch_stride = int64_t(blockDim.x) * kPlanBatch;
-  for (int64_t i0 = begin + threadIdx.x; i0 < end; i0 += batch_stride) {
-    int32_t ids[kPlanBatch];
-    load_ids(p, i0, end, ids);
-#pragma unroll
-    for (int j = 0; j < kPlanBatch; ++j) {
-      const int64_t i = i0 + int64_t(j) * blockDim.x;
-      if (i >= end) break;
-      const int32_t e = ids[j];
-      const int local = e - p.expert_begin;
-      int32_t row = -1;
-      if (e >= 0 && e < p.num_experts && local >= 0 && local < num_local) {
-        row = atomicAdd(&cursor[local], 1);
-        p.ws.row_pair[row] = int32_t(i);
-      }
-      p.ws.pair_row[i] = row;
+  for_each_routed_id(p, begin, end, [&](int64_t i, int32_t e) {
+    const int local = e - p.expert_begin;
+    int32_t row = -1;
+    if (e >= 0 && e < p.num_experts && local >= 0 && local < num_local) {
+      row = atomicAdd(&cursor[local], 1);
+      p.ws.row_pair[row] = int32_t(i);
     }
-  }
+    p.ws.pair_row[i] = row;
+  });
 }
 
 // Zeroes the GEMMs' split-K arrival counters (every forward starts them at zero).
