@@ -97,6 +97,34 @@ TEST(SelectConfig, SplitKOnlyForFewDecodeTiles) {
   }
 }
 
+// The GEMM overlap: 16-token tiles only, at most kOverlapMaxRounds rounds of GEMM1 tiles by the
+// max_gemm_tiles bound (the rounds quoted in config.h).
+TEST(SelectConfig, OverlapsTheGemmsOnlyForFewRoundsOf16TokenTiles) {
+  const Sm90Config bn16 = select_config(deepseek(1));
+  ASSERT_EQ(bn16.tile_tokens, 16);
+  // DeepSeek-R1 GEMM1: 64 units, 16 m-blocks. T=1: 8 token tiles, 128 tiles (1 round); T=6: 48 token
+  // tiles, 768 (5.8 rounds); T=8: 64 token tiles, 1024 (7.8 rounds).
+  EXPECT_TRUE(select_gemm_overlap(deepseek(1), bn16, 64));
+  EXPECT_TRUE(select_gemm_overlap(deepseek(6), bn16, 64));
+  EXPECT_FALSE(select_gemm_overlap(deepseek(8), bn16, 64));
+  EXPECT_FALSE(select_gemm_overlap(deepseek(0), bn16, 64));
+  ConfigInput qwen;  // Qwen3-30B: E=128, top-8, GEMM1 24 units (6 m-blocks)
+  qwen.num_tokens = 8;
+  qwen.top_k = 8;
+  qwen.num_local_experts = 128;
+  qwen.num_sms = 132;
+  EXPECT_TRUE(select_gemm_overlap(qwen, bn16, 24));  // 64 token tiles, 384 tiles: 2.9 rounds
+  qwen.num_tokens = 128;                                // 192 token tiles, 1152: 8.7 rounds
+  EXPECT_FALSE(select_gemm_overlap(qwen, bn16, 24));
+  // The narrow decode config has 2 consumers: twice the m-blocks.
+  const Sm90Config narrow = compiled_configs()[kNarrowDecodeConfig];
+  EXPECT_TRUE(select_gemm_overlap(deepseek(1), narrow, 64));   // 256 tiles
+  EXPECT_FALSE(select_gemm_overlap(deepseek(6), narrow, 64));  // 1536 tiles
+  // Never with a wider token tile, whatever the rounds.
+  for (const Sm90Config& c : compiled_configs())
+    if (c.tile_tokens != 16) EXPECT_FALSE(select_gemm_overlap(deepseek(1), c, 64)) << c.name();
+}
+
 TEST(SelectConfig, NarrowsTheDecodeConfigOnlyForFewTiles) {
   const Sm90Config bn16 = select_config(deepseek(1));
   ASSERT_EQ(bn16.name(), "BN16_C4_S6_x1_db_c2");

@@ -564,6 +564,84 @@ TEST(MoeGpu, TailTilesOnOtherLayersAndAnExpertShard) {
   }
 }
 
+// GEMM1/GEMM2 overlap (LayerOptions::gemm_overlap): at decode token counts GEMM2 starts a token tile
+// once GEMM1 has counted all its units of it in. The same bits as without, matching the reference,
+// one forward at a time; then 24 forwards of varying T back to back on one stream and one workspace
+// (the next forward's plan zeroes the counts while nothing of the previous one may still wait on
+// them), each output against its single-forward bits. DeepSeek-R1/4 (GEMM1 16 units, GEMM2 28) and
+// gpt-oss-20b/2 (biases, MXFP4), router logits.
+TEST(MoeGpu, GemmOverlapGivesTheSameBitsAlsoBackToBack) {
+  FP4MOE_REQUIRE_GPU();
+  struct Case {
+    const char* preset;
+    int factor;
+  };
+  for (const Case c : {Case{"deepseek-r1", 4}, Case{"gpt-oss-20b", 2}}) {
+    MoeProblem full;
+    ASSERT_OK(get_preset(c.preset, &full));
+    MoeProblem p = scaled_preset(full, c.factor);
+    p.max_tokens = 8;
+    const uint64_t seed = testing::test_seed() + 53;
+    const HostMoeWeights hw = make_random_weights(p, seed);
+    std::unique_ptr<MoeLayer> layers[2];
+    for (bool overlap : {false, true}) {
+      LayerOptions opt;
+      opt.path = KernelPath::kSm90;
+      opt.gemm_overlap = overlap;
+      Status st = MoeLayer::create_dummy(p, seed, opt, &layers[overlap]);
+      if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.to_string();
+      ASSERT_OK(st);
+    }
+    auto rng = make_rng(seed);
+    const int64_t Ts[3] = {1, 3, 6};
+    std::vector<uint16_t> hidden[3];
+    std::vector<float> logits[3];
+    std::vector<uint16_t> single[3];
+    for (int i = 0; i < 3; ++i) {
+      const int64_t T = Ts[i];
+      const std::string what = std::string(c.preset) + " T=" + std::to_string(T);
+      const std::string gemm2 = layers[1]->kernel_info(T).gemm2;
+      ASSERT_NE(gemm2.find("overlaps GEMM1"), std::string::npos) << what << ": " << gemm2;
+      EXPECT_EQ(layers[0]->kernel_info(T).gemm2.find("overlaps GEMM1"), std::string::npos) << what;
+      hidden[i] = testing::random_hidden(rng, T, p.hidden_size);
+      logits[i] = testing::random_logits(rng, T, p.num_experts());
+      GpuRun runs[2];
+      for (int o = 0; o < 2; ++o) run_forward(*layers[o], hidden[i], logits[i], T, &runs[o]);
+      expect_matches_reference(p, hw, {}, hidden[i], runs[1], T, what + " overlapped");
+      EXPECT_EQ(std::memcmp(runs[0].out.data(), runs[1].out.data(), runs[0].out.size() * 2), 0)
+          << what << ": the overlap changes the bits";
+      single[i] = runs[1].out;
+    }
+    // Back to back: forward f runs T = Ts[f % 3] into its own output, without a sync in between.
+    constexpr int kForwards = 24;
+    DeviceBuffer<char> ws(layers[1]->workspace_bytes());
+    std::vector<std::unique_ptr<DeviceBuffer<uint16_t>>> dh, douts;
+    std::vector<std::unique_ptr<DeviceBuffer<float>>> dl;
+    for (int i = 0; i < 3; ++i) {
+      dh.push_back(std::make_unique<DeviceBuffer<uint16_t>>(hidden[i]));
+      dl.push_back(std::make_unique<DeviceBuffer<float>>(logits[i]));
+    }
+    for (int f = 0; f < kForwards; ++f)
+      douts.push_back(std::make_unique<DeviceBuffer<uint16_t>>(size_t(Ts[f % 3] * p.hidden_size)));
+    for (int f = 0; f < kForwards; ++f) {
+      ForwardArgs a;
+      a.hidden = dh[f % 3]->get();
+      a.router_logits = dl[f % 3]->get();
+      a.num_tokens = Ts[f % 3];
+      a.out = douts[size_t(f)]->get();
+      ASSERT_OK(layers[1]->forward(a, ws.get(), ws.size(), nullptr));
+    }
+    CUDA_ASSERT(cudaDeviceSynchronize());
+    ASSERT_OK(layers[1]->check_device_errors(ws.get(), nullptr));
+    for (int f = 0; f < kForwards; ++f) {
+      std::vector<uint16_t> out = douts[size_t(f)]->download();
+      out.resize(single[f % 3].size());
+      EXPECT_EQ(std::memcmp(out.data(), single[f % 3].data(), out.size() * 2), 0)
+          << c.preset << " back-to-back forward " << f << " (T=" << Ts[f % 3] << ")";
+    }
+  }
+}
+
 // The routing plan on both of its paths (one CTA below kPlanMultiMinPairs routed pairs, kPlanCtas CTAs
 // in three launches from there) against a host plan: per-expert counts, segment starts, token-tile and
 // tail-tile prefixes and the bad-id count exactly; every local pair a distinct row inside its

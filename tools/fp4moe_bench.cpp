@@ -63,6 +63,7 @@ struct Options {
   std::vector<std::string> tune_only;  // --tune-only A,B: measure only these compiled configs
   bool split_k = false;         // --split-k: LayerOptions::split_k
   bool tail_tiles = true;       // --no-tail-tiles: LayerOptions::tail_tiles off
+  bool gemm_overlap = true;     // --no-gemm-overlap: LayerOptions::gemm_overlap off
   std::string argv;
 };
 
@@ -74,7 +75,7 @@ struct Options {
                "                    [--warmup-ms MS] [--seed N] [--scale F] [--routing model|random]\n"
                "                    [--tune FILE [--tune-only NAME,NAME]] [--tune-file FILE]\n"
                "                    [--checkpoint DIR [--layer L]]\n"
-               "                    [--split-k] [--no-tail-tiles] [--verbose]\n",
+               "                    [--split-k] [--no-tail-tiles] [--no-gemm-overlap] [--verbose]\n",
                msg);
   std::exit(2);
 }
@@ -137,6 +138,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--verbose") o.verbose = true;
     else if (a == "--split-k") o.split_k = true;
     else if (a == "--no-tail-tiles") o.tail_tiles = false;
+    else if (a == "--no-gemm-overlap") o.gemm_overlap = false;
     else if (a == "--json") o.json = value();
     else if (a == "--iters") o.iters = std::max<int>(1, int(integer(value())));
     else if (a == "--warmup") o.warmup = int(integer(value()));
@@ -534,6 +536,7 @@ void write_json(const Options& o, const MoeProblem& p, const char* gpu, const Ce
     << "\",\n  \"gpu\": \"" << gpu << "\",\n  \"command\": \"" << o.argv << "\",\n  \"preset\": \"" << p.name
     << "\",\n  \"mode\": \"" << to_string(p.mode) << "\",\n  \"split_k\": " << (o.split_k ? "true" : "false")
     << ",\n  \"tail_tiles\": " << (o.tail_tiles ? "true" : "false")
+    << ",\n  \"gemm_overlap\": " << (o.gemm_overlap ? "true" : "false")
     << ",\n  \"routing\": \"" << (o.random_routing ? "random" : "model")
     << "\",\n  \"ceilings\": {\"copy_TBps\": " << c.copy_tbps
     << ", \"bf16_mm_TFLOPs\": " << c.bf16_tflops << ", \"bf16_mm_burst_TFLOPs\": " << c.bf16_burst_tflops
@@ -645,6 +648,7 @@ int main(int argc, char** argv) {
   lo.tune_file = o.tune_file;
   lo.split_k = o.split_k;
   lo.tail_tiles = o.tail_tiles;
+  lo.gemm_overlap = o.gemm_overlap;
   std::unique_ptr<MoeLayer> layer;
   const HostMoeWeights* host = o.checkpoint.empty() ? nullptr : &loaded;
   auto make_layer = [&] {

@@ -45,6 +45,10 @@ struct LayerOptions {
   // main-width tile.
   // Same bits either way; off only to measure it.
   bool tail_tiles = true;
+  // GEMM1/GEMM2 overlap (sm90, decode): where GEMM1 has few rounds of tiles (sm90::select_gemm_overlap;
+  // never with tail tiles or split-K), GEMM2 starts a token tile as soon as GEMM1 has finished it,
+  // on the SMs GEMM1's last round leaves idle. Same bits either way; off only to measure it.
+  bool gemm_overlap = true;
 };
 
 struct ForwardArgs {
@@ -69,7 +73,8 @@ struct KernelInfo {
   KernelPath path = KernelPath::kSimt;
   std::string gemm1;  // kernel and config names (", split-K N" when LayerOptions::split_k splits it,
                       // ", tail CONFIG" where LayerOptions::tail_tiles runs tails in a launch of
-                      // their own: a main tile of 128 or more, more rows than one tile)
+                      // their own: a main tile of 128 or more, more rows than one tile; in gemm2,
+                      // ", overlaps GEMM1" where LayerOptions::gemm_overlap applies)
   std::string gemm2;
   std::string regime; // e.g. "decode: <= 8 rows per expert"
 };

@@ -48,6 +48,10 @@ struct MoeGemmParams {
   // Tail launch (sm90): 0, or the tile_tokens of the main launch whose experts' tails this one runs
   // (their rows from the last multiple of tail_of on; tiles numbered by ws.tail_start).
   int tail_of = 0;
+  // GEMM1/GEMM2 overlap (sm90, LayerOptions::gemm_overlap; never with tails or split-K): GEMM1
+  // counts its finished weight units per token tile in ws.tile_done, and GEMM2, which then does not
+  // wait for GEMM1 as a whole, starts a token tile's rows once all of GEMM1's units of it are in.
+  bool overlap = false;
 };
 
 // Which expert and rows a token tile covers (tile numbering from the plan kernel's tile_start).
@@ -70,13 +74,15 @@ __device__ __forceinline__ TileCoord find_tile(const MoeGemmParams& p, const int
     if (tile_start[mid] <= tile) lo = mid;
     else hi = mid;
   }
+  // (Through L2, ld.cg: with MoeGemmParams::overlap, GEMM2 reads the plan's tables without having
+  // waited on its predecessor.)
   if (kTails && p.tail_of > 0) {  // the one tail tile of expert lo: its rows past the last multiple of tail_of
-    const int32_t count = p.ws.counts[lo];
-    return {lo, p.ws.seg_start[lo] + count / p.tail_of * p.tail_of, count % p.tail_of};
+    const int32_t count = __ldcg(&p.ws.counts[lo]);
+    return {lo, __ldcg(&p.ws.seg_start[lo]) + count / p.tail_of * p.tail_of, count % p.tail_of};
   }
   const int32_t within = int32_t(tile - tile_start[lo]);
-  const int32_t rows = p.ws.counts[lo] - within * p.tile_tokens;
-  return {lo, p.ws.seg_start[lo] + within * p.tile_tokens, rows < p.tile_tokens ? rows : p.tile_tokens};
+  const int32_t rows = __ldcg(&p.ws.counts[lo]) - within * p.tile_tokens;
+  return {lo, __ldcg(&p.ws.seg_start[lo]) + within * p.tile_tokens, rows < p.tile_tokens ? rows : p.tile_tokens};
 }
 #endif
 

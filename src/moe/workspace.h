@@ -51,6 +51,9 @@ struct WorkspaceLayout {
   size_t pair_row = 0;     // int32 [max_pairs]: row of a (token, slot) pair, -1 if not local
   size_t row_pair = 0;     // int32 [rows_cap]: pair of a row (valid rows only)
   size_t row_weight = 0;   // fp32 [rows_cap]: router weight of a row's pair (valid rows only; the permute's copy)
+  // int32 [max_pairs + E_local]: per token tile, GEMM1's finished weight units (MoeGemmParams::overlap;
+  // zeroed by the plan for the tiles of the forward)
+  size_t tile_done = 0;
   size_t x = 0;            // bf16 tiled [x_k/64][rows_cap][64]
   size_t h = 0;            // bf16 tiled [h_k/64][rows_cap][64]
   size_t y = 0;            // bf16 [rows_cap, H]: weighted expert outputs
@@ -86,6 +89,7 @@ struct WorkspaceLayout {
     w.pair_row = take(4 * size_t(w.max_pairs));
     w.row_pair = take(4 * size_t(w.rows_cap));
     w.row_weight = take(4 * size_t(w.rows_cap));
+    w.tile_done = take(4 * (size_t(w.max_pairs) + size_t(num_local_experts)));
     w.x = take(2 * size_t(w.rows_cap) * size_t(w.x_k));
     w.h = take(2 * size_t(w.rows_cap) * size_t(w.h_k));
     w.y = take(2 * size_t(w.rows_cap) * size_t(hidden));
@@ -109,6 +113,7 @@ struct WorkspacePtrs {
   int32_t* pair_row;
   int32_t* row_pair;
   float* row_weight;
+  int32_t* tile_done;
   uint16_t* x;
   uint16_t* h;
   uint16_t* y;
@@ -123,6 +128,7 @@ struct WorkspacePtrs {
             reinterpret_cast<int32_t*>(b + l.plan_hist),
             reinterpret_cast<int32_t*>(b + l.pair_row),
             reinterpret_cast<int32_t*>(b + l.row_pair),   reinterpret_cast<float*>(b + l.row_weight),
+            reinterpret_cast<int32_t*>(b + l.tile_done),
             reinterpret_cast<uint16_t*>(b + l.x),       reinterpret_cast<uint16_t*>(b + l.h),
             reinterpret_cast<uint16_t*>(b + l.y),       reinterpret_cast<float*>(b + l.split_partial),
             reinterpret_cast<int32_t*>(b + l.split_count)};

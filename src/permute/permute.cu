@@ -122,6 +122,13 @@ __device__ __forceinline__ void zero_split_counters(const PermuteParams& p) {
   for (int i = threadIdx.x; i < p.layout.split_counters; i += blockDim.x) p.ws.split_count[i] = 0;
 }
 
+// Zeroes GEMM1's finished-unit counts of this forward's token tiles (MoeGemmParams::overlap), after
+// plan_scan has written tile_start and a __syncthreads.
+__device__ __forceinline__ void zero_tile_done(const PermuteParams& p) {
+  const int32_t tiles = p.ws.tile_start[p.num_local_experts];
+  for (int32_t i = threadIdx.x; i < tiles; i += blockDim.x) p.ws.tile_done[i] = 0;
+}
+
 // The plan in one CTA (up to kPlanMultiMinPairs pairs). Shared memory: E_local counters.
 __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PermuteParams p) {
   extern __shared__ int32_t smem_counts[];
@@ -137,6 +144,7 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PermuteParams p) {
   __syncthreads();
   plan_scan(p, smem_counts, bad_ids);
   __syncthreads();
+  zero_tile_done(p);
   plan_assign(p, 0, num_pairs, smem_counts);
 }
 
@@ -182,6 +190,7 @@ __global__ void __launch_bounds__(kPlanThreads) plan_scan_kernel(PermuteParams p
   __syncthreads();
   plan_scan(p, smem_counts, bad_ids);
   __syncthreads();
+  zero_tile_done(p);
   // Each CTA's first row in each expert's segment: the segment start plus the earlier CTAs' counts.
   // (16 counts loaded before any store: one at a time, each load waited behind the previous store.)
   static_assert(kPlanCtas % 16 == 0, "the per-CTA rows go 16 CTAs at a time");

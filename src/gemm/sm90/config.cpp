@@ -36,6 +36,13 @@ std::optional<Sm90Config> select_tail(const Sm90Config& main) {
   return t;
 }
 
+bool select_gemm_overlap(const ConfigInput& in, const Sm90Config& gemm1, int64_t m_units1) {
+  if (gemm1.tile_tokens != 16) return false;  // the kernels compile it only there (Sm90Traits::kOverlaps)
+  const int64_t tiles = max_gemm_tiles(in, gemm1, m_units1);
+  const int64_t slots = int64_t(in.num_sms) * std::max(gemm1.ctas_per_sm, 1);
+  return tiles > 0 && tiles <= kOverlapMaxRounds * slots;
+}
+
 int select_split_k(const ConfigInput& in, const Sm90Config& c, int64_t m_units, int64_t k_units) {
   if (c.tile_tokens != 16) return 1;
   const int64_t tiles = max_gemm_tiles(in, c, m_units);

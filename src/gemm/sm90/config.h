@@ -82,6 +82,18 @@ std::optional<Sm90Config> select_tail(const Sm90Config& main);
 constexpr int kTailConfig = 1;
 constexpr int kTailRows = 32;  // the tail config's tile tokens
 
+// GEMM1/GEMM2 overlap (LayerOptions::gemm_overlap, MoeGemmParams::overlap): GEMM2 starts a token
+// tile as soon as GEMM1 has finished it, on the SMs that GEMM1's last, partial round of tiles leaves
+// idle. Chosen for 16-token tiles (the decode configs, the only ones that compile it) where GEMM1
+// has at most kOverlapMaxRounds rounds of tiles (the bound of max_gemm_tiles over the persistent
+// CTAs); the caller also excludes split-K.
+// Session 6 measured the overlap on every forward (branch exp/gemm-overlap, one H200): -5% at T=8
+// for gpt-oss-120b (5.6 rounds by this bound) and Qwen3-30B (2.9), within 1% for DeepSeek-R1 T=1-32
+// (1 to 31 rounds), +3.6% / +4.5% at T=128 for gpt-oss-120b (28) and Qwen3-30B (8.7)
+// (bench/results/2026-11-30_h200_run1_overlap_two-ctas_d38a910.txt). The gated form is not measured.
+bool select_gemm_overlap(const ConfigInput& in, const Sm90Config& gemm1, int64_t m_units1);
+constexpr int kOverlapMaxRounds = 6;
+
 // The tile sizes instantiated (a dispatch default fails loudly for anything else).
 constexpr int kSupportedTileTokens[] = {16, 32, 48, 64, 80, 96, 128, 256};
 

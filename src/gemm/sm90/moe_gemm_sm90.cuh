@@ -38,6 +38,37 @@ namespace gmma = cute::SM90::GMMA;
 // lds against bulk_g2s on it, and nothing on this release (tests/test_pipeline_probe_gpu.cu).
 __device__ __forceinline__ void release_stage(uint64_t* empty_bar) { mbar_arrive(empty_bar); }
 
+// GEMM2's producer with MoeGemmParams::overlap: waits until GEMM1 has counted `units` weight units of a
+// token tile in (acquire), then orders those generic-proxy stores before its bulk copies (async
+// proxy). After 2^26 polls (each an L2 round trip and a nanosleep of up to ~0.5 us: tens of
+// seconds) the dependency is taken as broken: trap, a sticky CUDA error that ends the context,
+// rather than a hang. (A counter, not clock64: the producer runs on 24 registers; inline asm keeps
+// ptxas from spilling around the loop.)
+// Racecheck note: a token tile's bulk copy reads whole tile-width row blocks, past tc.rows into the
+// next expert's rows, which GEMM1 may still be writing; those rows feed only output columns that the
+// epilogue discards.
+__device__ __forceinline__ void wait_gemm1_units(const int32_t* done, int32_t units) {
+  asm volatile(
+      "{\n"
+      ".reg .pred more, late;\n"
+      ".reg .b32 v, n;\n"
+      "mov.b32 n, 0;\n"
+      "WAIT_%=:\n"
+      "ld.acquire.gpu.global.b32 v, [%0];\n"
+      "setp.lt.s32 more, v, %1;\n"
+      "@!more bra DONE_%=;\n"
+      "nanosleep.u32 256;\n"
+      "add.u32 n, n, 1;\n"
+      "setp.gt.u32 late, n, 67108864;\n"
+      "@late trap;\n"
+      "bra WAIT_%=;\n"
+      "DONE_%=:\n"
+      "}\n" ::"l"(done),
+      "r"(units)
+      : "memory");
+  fence_proxy_async_global();
+}
+
 // Tile metadata is cached in shared memory; routing caps the expert count at 512.
 constexpr int kMaxLocalExperts = 512;
 
@@ -105,6 +136,10 @@ struct Sm90Traits {
   static constexpr bool kGemm1 = kGemm1_;
   // May run tail launches (MoeGemmParams::tail_of; config.h's kTailConfig): the 4-consumer BN32 only.
   static constexpr bool kRunsTails = kBN == 32 && kConsumers == 4;
+  // May run with MoeGemmParams::overlap (sm90::select_gemm_overlap picks only 16-token tiles): the
+  // other kernels do not compile its code (in the 4-consumer BN96 GEMM1 it cost 5 SASS instructions
+  // per K chunk through register allocation).
+  static constexpr bool kOverlaps = kBN == 16;
 
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kAccRegs = kBN / 2;              // m64 x BN fp32 over 128 threads
@@ -194,6 +229,7 @@ struct ConsumerCtx {
   // Split-K (BN16 only): the tile's index, this unit's range and the number of ranges.
   int64_t tile;
   int split, split_index;
+  int token_tile;  // the plan's token tile of this work unit (GEMM1 with overlap counts in tile_done)
 };
 
 // One tile of one consumer warpgroup with a wgmma N of kN: the K loop and the epilogue.
@@ -307,7 +343,7 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
       }
       if constexpr (kN <= 128) {  // one row a thread (wider tiles load theirs in the epilogue)
         if (x.tid < kN && x.tid < tc.rows)
-          pre_weight = p.weight_on_input ? 1.0f : p.ws.row_weight[tc.row0 + x.tid];
+          pre_weight = p.weight_on_input ? 1.0f : __ldcg(&p.ws.row_weight[tc.row0 + x.tid]);
       }
     }
   }
@@ -425,6 +461,12 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
           make_uint4(packed_bf16[4], packed_bf16[5], packed_bf16[6], packed_bf16[7]);
     }
     named_barrier_sync(bar_id, 128);  // staging is reused by the next tile
+    if (T::kOverlaps && p.overlap && tid == 0) {
+      // This unit of the token tile is in: GEMM2 may read its rows. After the barrier, thread 0's
+      // fence (cumulative) releases the warpgroup's stores before the count.
+      __threadfence();
+      atomicAdd(&p.ws.tile_done[x.token_tile], 1);
+    }
   } else {
     // Rows r0 / r0 + 8 are output features 64 mu + r0 (+8); columns are the tile's tokens.
     uint16_t* stg = reinterpret_cast<uint16_t*>(x.staging);  // [BN][72] bf16
@@ -433,7 +475,7 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
     } else {
       for (int n = tid; n < kN; n += 128) {  // kN exceeds the warpgroup's 128 threads
         float wv = 0.0f;
-        if (n < tc.rows) wv = p.weight_on_input ? 1.0f : p.ws.row_weight[tc.row0 + n];
+        if (n < tc.rows) wv = p.weight_on_input ? 1.0f : __ldcg(&p.ws.row_weight[tc.row0 + n]);
         x.row_weight[n] = wv;
       }
     }
@@ -501,11 +543,27 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
     mbar_init(&empty[T::kStages], T::kConsumers * 128);
     fence_barrier_init();
   }
-  pdl_launch_dependents();
-  pdl_wait();  // the permuted activations (GEMM1) or the intermediate (GEMM2), and the plan
+  // With MoeGemmParams::overlap, GEMM1 waits for the permute (and through it the plan) and only then
+  // lets GEMM2 be scheduled, so that GEMM2, which does not wait on GEMM1 as a whole, starts after the
+  // plan and the permute are complete: it reads the plan's tables and the router weights through L2
+  // (ld.cg), and each token tile's intermediate rows once GEMM1 has counted all its units of that
+  // tile in (tile_done). On the SMs that GEMM1's last, partial round leaves idle, GEMM2 starts
+  // early. (GEMM1 triggers after it has read the plan's table: nothing later waits for GEMM1 as a
+  // whole, so a CTA with no tile must not read it after the next forward may have begun.)
+  if (!(T::kOverlaps && p.overlap)) {
+    pdl_launch_dependents();
+    pdl_wait();  // the permuted activations (GEMM1) or the intermediate (GEMM2), and the plan
+  } else if constexpr (T::kGemm1) {
+    pdl_wait();
+  } else {
+    pdl_launch_dependents();
+  }
   const int32_t* plan_tiles = T::kRunsTails && p.tail_of > 0 ? p.ws.tail_start : p.ws.tile_start;
-  for (int i = threadIdx.x; i <= p.num_local_experts; i += blockDim.x) tile_start[i] = plan_tiles[i];
+  for (int i = threadIdx.x; i <= p.num_local_experts; i += blockDim.x) tile_start[i] = __ldcg(&plan_tiles[i]);
   __syncthreads();
+  if constexpr (T::kGemm1 && T::kOverlaps) {
+    if (p.overlap) pdl_launch_dependents();
+  }
 
   const layout::GemmWeightShape g = T::kGemm1 ? p.g1 : p.g2;
   const int64_t k_units = g.k_units();
@@ -529,10 +587,18 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
     const uint64_t pol_weights = policy_evict_first();
     const uint64_t pol_act = policy_evict_last();
     PipeState ps;
+    int32_t ready_tile = -1;  // GEMM2 with overlap: the token tile whose intermediate rows are in
     for (int64_t w = blockIdx.x; w < num_work; w += gridDim.x) {
       const int64_t t = w / split;
       const int64_t k0 = k_begin(w % split), k1 = k_begin(w % split + 1);
-      const TileCoord tc = find_tile<T::kRunsTails>(p, tile_start, t / m_blocks);
+      const int32_t token_tile = int32_t(t / m_blocks);
+      const TileCoord tc = find_tile<T::kRunsTails>(p, tile_start, token_tile);
+      if constexpr (!T::kGemm1) {
+        if (T::kOverlaps && p.overlap && token_tile != ready_tile) {
+          ready_tile = token_tile;
+          wait_gemm1_units(p.ws.tile_done + token_tile, int32_t(p.g1.m_units()));
+        }
+      }
       const int mb = int(t % m_blocks);
       const int valid_units = min(T::kConsumers, m_units - mb * T::kConsumers);
       const uint32_t b_bytes = uint32_t(tile_bucket<T>(tc.rows)) * 128;
@@ -587,7 +653,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
     x.tile = t;
     x.split_index = int(w % split);
     x.k_units = __shfl_sync(0xffffffffu, int(k_begin(x.split_index + 1) - k_begin(x.split_index)), 0);
-    TileCoord tc = find_tile<T::kRunsTails>(p, tile_start, t / m_blocks);
+    x.token_tile = int(t / m_blocks);
+    TileCoord tc = find_tile<T::kRunsTails>(p, tile_start, x.token_tile);
     tc.rows = __shfl_sync(0xffffffffu, tc.rows, 0);
     const int mu = int(t % m_blocks) * T::kConsumers + x.c;
     const bool active = __shfl_sync(0xffffffffu, int(mu < m_units), 0) != 0;
