@@ -121,8 +121,11 @@ TEST(SelectConfig, OverlapsTheGemmsOnlyForFewRoundsOf16TokenTiles) {
   EXPECT_TRUE(select_gemm_overlap(deepseek(1), narrow, 64));   // 256 tiles
   EXPECT_FALSE(select_gemm_overlap(deepseek(6), narrow, 64));  // 1536 tiles
   // Never with a wider token tile, whatever the rounds.
-  for (const Sm90Config& c : compiled_configs())
-    if (c.tile_tokens != 16) EXPECT_FALSE(select_gemm_overlap(deepseek(1), c, 64)) << c.name();
+  for (const Sm90Config& c : compiled_configs()) {
+    if (c.tile_tokens != 16) {
+      EXPECT_FALSE(select_gemm_overlap(deepseek(1), c, 64)) << c.name();
+    }
+  }
 }
 
 TEST(SelectConfig, NarrowsTheDecodeConfigOnlyForFewTiles) {

@@ -566,21 +566,24 @@ TEST(MoeGpu, TailTilesOnOtherLayersAndAnExpertShard) {
 
 // GEMM1/GEMM2 overlap (LayerOptions::gemm_overlap): at decode token counts GEMM2 starts a token tile
 // once GEMM1 has counted all its units of it in. The same bits as without, matching the reference,
-// one forward at a time; then 24 forwards of varying T back to back on one stream and one workspace
-// (the next forward's plan zeroes the counts while nothing of the previous one may still wait on
-// them), each output against its single-forward bits. DeepSeek-R1/4 (GEMM1 16 units, GEMM2 28) and
-// gpt-oss-20b/2 (biases, MXFP4), router logits.
+// one forward at a time; then 24 forwards of varying T back to back on one non-blocking stream and
+// one workspace, with precomputed routing (no routing kernel between forwards, so each forward's plan
+// follows the previous finalize by programmatic dependent launch), each output against its
+// single-forward bits, and the last forward's per-tile counts exactly GEMM1's units. DeepSeek-R1/4
+// (GEMM1 16 units), gpt-oss-20b/2 (biases, MXFP4; 45 units) and Qwen3-30B/4 (6 units: at T=6 the
+// 4-consumer tile's second m-block has two idle consumers, which must not count).
 TEST(MoeGpu, GemmOverlapGivesTheSameBitsAlsoBackToBack) {
   FP4MOE_REQUIRE_GPU();
   struct Case {
     const char* preset;
     int factor;
   };
-  for (const Case c : {Case{"deepseek-r1", 4}, Case{"gpt-oss-20b", 2}}) {
+  for (const Case c : {Case{"deepseek-r1", 4}, Case{"gpt-oss-20b", 2}, Case{"qwen3-30b-a3b", 4}}) {
     MoeProblem full;
     ASSERT_OK(get_preset(c.preset, &full));
     MoeProblem p = scaled_preset(full, c.factor);
     p.max_tokens = 8;
+    const int E = p.num_experts(), K = p.top_k();
     const uint64_t seed = testing::test_seed() + 53;
     const HostMoeWeights hw = make_random_weights(p, seed);
     std::unique_ptr<MoeLayer> layers[2];
@@ -593,9 +596,11 @@ TEST(MoeGpu, GemmOverlapGivesTheSameBitsAlsoBackToBack) {
       ASSERT_OK(st);
     }
     auto rng = make_rng(seed);
+    std::uniform_int_distribution<int> pick(0, E - 1);
     const int64_t Ts[3] = {1, 3, 6};
     std::vector<uint16_t> hidden[3];
-    std::vector<float> logits[3];
+    std::vector<int32_t> ids[3];
+    std::vector<float> wts[3];
     std::vector<uint16_t> single[3];
     for (int i = 0; i < 3; ++i) {
       const int64_t T = Ts[i];
@@ -604,9 +609,18 @@ TEST(MoeGpu, GemmOverlapGivesTheSameBitsAlsoBackToBack) {
       ASSERT_NE(gemm2.find("overlaps GEMM1"), std::string::npos) << what << ": " << gemm2;
       EXPECT_EQ(layers[0]->kernel_info(T).gemm2.find("overlaps GEMM1"), std::string::npos) << what;
       hidden[i] = testing::random_hidden(rng, T, p.hidden_size);
-      logits[i] = testing::random_logits(rng, T, p.num_experts());
+      ids[i].resize(size_t(T) * K);
+      wts[i].resize(ids[i].size());
+      for (int64_t t = 0; t < T; ++t)
+        for (int k = 0; k < K; ++k) {
+          int e;
+          do e = pick(rng);
+          while (std::find(&ids[i][t * K], &ids[i][t * K + k], e) != &ids[i][t * K + k]);
+          ids[i][t * K + k] = e;
+          wts[i][t * K + k] = 0.05f + 0.1f * float(k);
+        }
       GpuRun runs[2];
-      for (int o = 0; o < 2; ++o) run_forward(*layers[o], hidden[i], logits[i], T, &runs[o]);
+      for (int o = 0; o < 2; ++o) run_forward(*layers[o], hidden[i], {}, T, &runs[o], &ids[i], &wts[i]);
       expect_matches_reference(p, hw, {}, hidden[i], runs[1], T, what + " overlapped");
       EXPECT_EQ(std::memcmp(runs[0].out.data(), runs[1].out.data(), runs[0].out.size() * 2), 0)
           << what << ": the overlap changes the bits";
@@ -616,22 +630,28 @@ TEST(MoeGpu, GemmOverlapGivesTheSameBitsAlsoBackToBack) {
     constexpr int kForwards = 24;
     DeviceBuffer<char> ws(layers[1]->workspace_bytes());
     std::vector<std::unique_ptr<DeviceBuffer<uint16_t>>> dh, douts;
-    std::vector<std::unique_ptr<DeviceBuffer<float>>> dl;
+    std::vector<std::unique_ptr<DeviceBuffer<int32_t>>> dids;
+    std::vector<std::unique_ptr<DeviceBuffer<float>>> dw;
     for (int i = 0; i < 3; ++i) {
       dh.push_back(std::make_unique<DeviceBuffer<uint16_t>>(hidden[i]));
-      dl.push_back(std::make_unique<DeviceBuffer<float>>(logits[i]));
+      dids.push_back(std::make_unique<DeviceBuffer<int32_t>>(ids[i]));
+      dw.push_back(std::make_unique<DeviceBuffer<float>>(wts[i]));
     }
     for (int f = 0; f < kForwards; ++f)
       douts.push_back(std::make_unique<DeviceBuffer<uint16_t>>(size_t(Ts[f % 3] * p.hidden_size)));
+    cudaStream_t stream;
+    CUDA_ASSERT(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     for (int f = 0; f < kForwards; ++f) {
       ForwardArgs a;
       a.hidden = dh[f % 3]->get();
-      a.router_logits = dl[f % 3]->get();
+      a.topk_ids = dids[f % 3]->get();
+      a.topk_weights = dw[f % 3]->get();
       a.num_tokens = Ts[f % 3];
       a.out = douts[size_t(f)]->get();
-      ASSERT_OK(layers[1]->forward(a, ws.get(), ws.size(), nullptr));
+      ASSERT_OK(layers[1]->forward(a, ws.get(), ws.size(), stream));
     }
-    CUDA_ASSERT(cudaDeviceSynchronize());
+    CUDA_ASSERT(cudaStreamSynchronize(stream));
+    CUDA_ASSERT(cudaStreamDestroy(stream));
     ASSERT_OK(layers[1]->check_device_errors(ws.get(), nullptr));
     for (int f = 0; f < kForwards; ++f) {
       std::vector<uint16_t> out = douts[size_t(f)]->download();
@@ -639,6 +659,19 @@ TEST(MoeGpu, GemmOverlapGivesTheSameBitsAlsoBackToBack) {
       EXPECT_EQ(std::memcmp(out.data(), single[f % 3].data(), out.size() * 2), 0)
           << c.preset << " back-to-back forward " << f << " (T=" << Ts[f % 3] << ")";
     }
+    // The last forward's counts: every token tile got exactly GEMM1's units, no more (an idle
+    // consumer counting would let GEMM2 read a tile before its rows are in).
+    const WorkspaceLayout l = WorkspaceLayout::make(p.max_tokens, K, layers[1]->num_local_experts(), p.hidden_size,
+                                                    layers[1]->local_intermediate_size());
+    int32_t tiles = 0;
+    CUDA_ASSERT(cudaMemcpy(&tiles, ws.get() + l.tile_start + 4 * size_t(layers[1]->num_local_experts()), 4,
+                           cudaMemcpyDeviceToHost));
+    ASSERT_GT(tiles, 0);
+    std::vector<int32_t> done(static_cast<size_t>(tiles));
+    CUDA_ASSERT(cudaMemcpy(done.data(), ws.get() + l.tile_done, 4 * done.size(), cudaMemcpyDeviceToHost));
+    const layout::GemmWeightShape g1{2 * layers[1]->local_intermediate_size(), p.hidden_size, true};
+    for (int32_t t = 0; t < tiles; ++t)
+      EXPECT_EQ(done[size_t(t)], int32_t(g1.m_units())) << c.preset << " token tile " << t;
   }
 }
 

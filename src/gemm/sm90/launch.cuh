@@ -40,6 +40,10 @@ Status launch_traits(const MoeGemmParams& p, int num_sms, cudaStream_t stream) {
   if (p.tail_of > 0 && (!T::kRunsTails || split > 1))
     return internal_error("sm90: config BN", T::kBN, "_C", T::kConsumers, " cannot run tail tiles (split-K ", split,
                           ")");
+  // (A GEMM2 that waits per token tile needs a GEMM1 that counts: both must be overlap kernels.)
+  if (p.overlap && (!T::kOverlaps || split > 1 || p.tail_of > 0))
+    return internal_error("sm90: config BN", T::kBN, "_C", T::kConsumers, " cannot overlap GEMM1 and GEMM2 (split-K ",
+                          split, ", tail_of ", p.tail_of, ")");
   const int64_t max_tiles = p.max_tiles * m_blocks * split;
   if (max_tiles == 0) return Status::Ok();
   const unsigned grid = unsigned(std::min<int64_t>(int64_t(num_sms) * T::kCtasPerSm, max_tiles));

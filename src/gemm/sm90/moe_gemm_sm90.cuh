@@ -550,6 +550,10 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   // tile in (tile_done). On the SMs that GEMM1's last, partial round leaves idle, GEMM2 starts
   // early. (GEMM1 triggers after it has read the plan's table: nothing later waits for GEMM1 as a
   // whole, so a CTA with no tile must not read it after the next forward may have begun.)
+  // A hardware assumption, not a PTX guarantee: the PTX model makes a predecessor's writes visible
+  // to a grid that executes griddepcontrol.wait, and GEMM2 does not. It reads what the plan and the
+  // permute wrote only after they completed (before GEMM1's wait returned, and GEMM1 triggers after
+  // it) and only through L2 (ld.cg, ld.acquire, bulk copies), never through L1.
   if (!(T::kOverlaps && p.overlap)) {
     pdl_launch_dependents();
     pdl_wait();  // the permuted activations (GEMM1) or the intermediate (GEMM2), and the plan
