@@ -90,7 +90,10 @@ constexpr int kTailRows = 32;  // the tail config's tile tokens
 // Session 6 measured the overlap on every forward (branch exp/gemm-overlap, one H200): -5% at T=8
 // for gpt-oss-120b (5.6 rounds by this bound) and Qwen3-30B (2.9), within 1% for DeepSeek-R1 T=1-32
 // (1 to 31 rounds), +3.6% / +4.5% at T=128 for gpt-oss-120b (28) and Qwen3-30B (8.7)
-// (bench/results/2026-11-30_h200_run1_overlap_two-ctas_d38a910.txt). The gated form is not measured.
+// (bench/results/2026-11-30_h200_run1_overlap_two-ctas_d38a910.txt). The gated form (session 9,
+// one build with and without it, bench/results/2026-11-30_h200_s9_run1_overlap-lds_c8e6bfb.txt):
+// T=8 Llama-4-Scout -12.1%, gpt-oss-120b -5.3%, Qwen3-30B -4.4%; T=1 and DeepSeek-R1 T=1/6 within
+// noise (-0.7% to +1.2%).
 bool select_gemm_overlap(const ConfigInput& in, const Sm90Config& gemm1, int64_t m_units1);
 constexpr int kOverlapMaxRounds = 6;
 
