@@ -59,10 +59,11 @@ for T in "$@"; do
   grep -E "moe_gemm|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|L2 Cache Throughput|Registers Per|Achieved Occupancy|Issued Warp|No Eligible|Issue Slots Busy|Executed Ipc" \
     "$out/profile_${preset}_${T}.txt" | sed 's/^ *//' | cut -c1-150
   fi
-  # (8 launches: one forward's plan, permute, GEMM1, [its tail launch,] GEMM2, [its tail launch,]
-  # finalize, then the next forward's first kernels; --routing random runs no routing kernel)
-  timeout 300 ncu --clock-control none -k regex:'route_kernel|plan_kernel|permute_kernel|finalize_kernel|moe_gemm_sm90' \
-    --launch-count 8 --section SpeedOfLight -f -o "$rep.all" "$bin/fp4moe-bench" $bench_args --tokens "$T" > /dev/null 2>&1
+  # (10 launches: one forward's plan (one kernel, or three from 16384 routed pairs), permute, GEMM1,
+  # [its tail launch,] GEMM2, [its tail launch,] finalize, then the next forward's first kernels;
+  # --routing random runs no routing kernel)
+  timeout 300 ncu --clock-control none -k regex:'route_kernel|plan_|permute_kernel|finalize_kernel|moe_gemm_sm90' \
+    --launch-count 10 --section SpeedOfLight -f -o "$rep.all" "$bin/fp4moe-bench" $bench_args --tokens "$T" > /dev/null 2>&1
   echo "=== ncu breakdown $preset T=$T exit $?"
   ncu --import "$rep.all.ncu-rep" --page details > "$out/breakdown_${preset}_${T}.txt" 2>&1
   grep -E "^  [a-z_:<>0-9A-Za-z]+.*\(|Duration|DRAM Throughput" "$out/breakdown_${preset}_${T}.txt" | sed 's/^ *//' | cut -c1-120
