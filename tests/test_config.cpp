@@ -97,13 +97,13 @@ TEST(SelectConfig, SplitKOnlyForFewDecodeTiles) {
   }
 }
 
-// The GEMM overlap: 16-token tiles only, at most kOverlapMaxRounds rounds of GEMM1 tiles by the
-// max_gemm_tiles bound (the rounds quoted in config.h).
+// The GEMM overlap: 16-token tiles only, at most kOverlapMaxRounds expected rounds of GEMM1 tiles
+// under uniform routing (the measured points quoted in config.h).
 TEST(SelectConfig, OverlapsTheGemmsOnlyForFewRoundsOf16TokenTiles) {
   const Sm90Config bn16 = select_config(deepseek(1));
   ASSERT_EQ(bn16.tile_tokens, 16);
-  // DeepSeek-R1 GEMM1: 64 units, 16 m-blocks. T=1: 8 token tiles, 128 tiles (1 round); T=6: 48 token
-  // tiles, 768 (5.8 rounds); T=8: 64 token tiles, 1024 (7.8 rounds).
+  // DeepSeek-R1 GEMM1: 64 units, 16 m-blocks. Experts with rows: T=1 8 (1.0 rounds), T=6 44.4 (5.4),
+  // T=8 57.4 (7.0).
   EXPECT_TRUE(select_gemm_overlap(deepseek(1), bn16, 64));
   EXPECT_TRUE(select_gemm_overlap(deepseek(6), bn16, 64));
   EXPECT_FALSE(select_gemm_overlap(deepseek(8), bn16, 64));
@@ -113,13 +113,29 @@ TEST(SelectConfig, OverlapsTheGemmsOnlyForFewRoundsOf16TokenTiles) {
   qwen.top_k = 8;
   qwen.num_local_experts = 128;
   qwen.num_sms = 132;
-  EXPECT_TRUE(select_gemm_overlap(qwen, bn16, 24));  // 64 token tiles, 384 tiles: 2.9 rounds
-  qwen.num_tokens = 128;                                // 192 token tiles, 1152: 8.7 rounds
+  EXPECT_TRUE(select_gemm_overlap(qwen, bn16, 24));  // 51.6 experts: 2.3 rounds
+  qwen.num_tokens = 32;                                // 111.8: 5.1
+  EXPECT_TRUE(select_gemm_overlap(qwen, bn16, 24));
+  qwen.num_tokens = 64;                                // 125.9: 5.7
   EXPECT_FALSE(select_gemm_overlap(qwen, bn16, 24));
+  ConfigInput scout;  // Llama-4-Scout: E=16, top-1, GEMM1 256 units (64 m-blocks)
+  scout.top_k = 1;
+  scout.num_local_experts = 16;
+  scout.num_sms = 132;
+  scout.num_tokens = 16;  // 10.3 experts: 5.0 rounds
+  EXPECT_TRUE(select_gemm_overlap(scout, bn16, 256));
+  scout.num_tokens = 32;  // 14.0: 6.8
+  EXPECT_FALSE(select_gemm_overlap(scout, bn16, 256));
+  scout.num_tokens = 100000;  // every expert: 7.8 (and no overflow of the power)
+  EXPECT_FALSE(select_gemm_overlap(scout, bn16, 256));
+  // An expert shard with fewer local experts than picks: every local expert counts.
+  ConfigInput shard = deepseek(1);
+  shard.num_local_experts = 4;
+  EXPECT_TRUE(select_gemm_overlap(shard, bn16, 64));  // 4 x 16 m-blocks
   // The narrow decode config has 2 consumers: twice the m-blocks.
   const Sm90Config narrow = compiled_configs()[kNarrowDecodeConfig];
-  EXPECT_TRUE(select_gemm_overlap(deepseek(1), narrow, 64));   // 256 tiles
-  EXPECT_FALSE(select_gemm_overlap(deepseek(6), narrow, 64));  // 1536 tiles
+  EXPECT_TRUE(select_gemm_overlap(deepseek(1), narrow, 64));   // 8 experts x 32 m-blocks: 1.9 rounds
+  EXPECT_FALSE(select_gemm_overlap(deepseek(6), narrow, 64));  // 44.4 x 32: 10.8
   // Never with a wider token tile, whatever the rounds.
   for (const Sm90Config& c : compiled_configs()) {
     if (c.tile_tokens != 16) {
