@@ -246,8 +246,9 @@ TEST(TuneTable, SelectConfigReturnsOnlyCompiledConfigs) {
   EXPECT_FALSE(config_by_name("BN48_C2_S4_x1").has_value());
 }
 
-// The list launch.cuh instantiates (CompiledTraits) is kept in step with compiled_configs() by hand;
-// scripts/ptxas-check.sh counts the kernels and the GPU tests launch each one. This pins the names.
+// launch.cuh instantiates the kernels and compiled_configs() lists them from one table
+// (compiled_configs.h); scripts/ptxas-check.sh counts the kernels and the GPU tests launch each one.
+// This pins the names and their order (select_config indexes them).
 TEST(TuneTable, CompiledConfigNames) {
   std::vector<std::string> names;
   for (const auto& c : compiled_configs()) names.push_back(c.name());

@@ -1,4 +1,4 @@
-// Instantiation and launch of the sm90 kernels for the configs of config.cpp (included by the two
+// Instantiation and launch of the sm90 kernels for the configs of compiled_configs.h (included by the two
 // translation units sm90_gemm1.cu and sm90_gemm2.cu, one per GEMM, to halve the compile's critical path).
 #pragma once
 
@@ -6,8 +6,11 @@
 #include <cstdint>
 #include <mutex>
 #include <tuple>
+#include <type_traits>
+#include <utility>
 
 #include "src/common/cuda_utils.h"
+#include "src/gemm/sm90/compiled_configs.h"
 #include "src/gemm/sm90/moe_gemm_sm90.cuh"
 #include "src/gemm/sm90/moe_gemm_sm90.h"
 
@@ -56,15 +59,17 @@ bool traits_match(const Sm90Config& c) {
          c.ctas_per_sm == T::kCtasPerSm && c.double_buffer == T::kDoubleBuffer && c.chunks_per_stage == T::kChunks;
 }
 
-// The instantiations: one per entry of compiled_configs() (tune.cpp), same order.
+// The instantiations: one per entry of kCompiledConfigs (compiled_configs.h), same order.
+template <bool kGemm1, int I>
+using CompiledTraitsAt =
+    Sm90Traits<kCompiledConfigs[I].tile_tokens, kCompiledConfigs[I].consumers, kCompiledConfigs[I].stages,
+               kCompiledConfigs[I].ctas_per_sm, kGemm1, kCompiledConfigs[I].double_buffer,
+               kCompiledConfigs[I].chunks_per_stage>;
+template <bool kGemm1, int... I>
+std::tuple<CompiledTraitsAt<kGemm1, I>...>* compiled_traits(std::integer_sequence<int, I...>);
 template <bool kGemm1>
-using CompiledTraits = std::tuple<Sm90Traits<16, 4, 6, 1, kGemm1, true, 2>, Sm90Traits<32, 4, 5, 1, kGemm1, true, 2>,
-                                  Sm90Traits<64, 4, 4, 1, kGemm1, false, 2>, Sm90Traits<128, 2, 6, 1, kGemm1, true>,
-                                  Sm90Traits<128, 4, 5, 1, kGemm1, false>, Sm90Traits<256, 2, 4, 1, kGemm1, true>,
-                                  Sm90Traits<96, 4, 6, 1, kGemm1, false>,
-                                  Sm90Traits<48, 4, 5, 1, kGemm1, true, 2>,
-                                  Sm90Traits<16, 2, 8, 1, kGemm1, true, 2>,
-                                  Sm90Traits<80, 4, 9, 1, kGemm1, false>>;
+using CompiledTraits =
+    std::remove_pointer_t<decltype(compiled_traits<kGemm1>(std::make_integer_sequence<int, kNumCompiledConfigs>{}))>;
 
 template <class T, class... Rest>
 Status launch_matching(const MoeGemmParams& p, const Sm90Config& c, int num_sms, cudaStream_t stream) {

@@ -21,8 +21,9 @@
 
 namespace fp4moe::sm90 {
 
-// Every config with a compiled kernel, in launch.cuh's CompiledTraits order (select_config and
-// narrow_for_few_tiles index it; tests/test_config.cpp pins the names).
+// Every config with a compiled kernel: the table of compiled_configs.h, which launch.cuh instantiates
+// in the same order (select_config and narrow_for_few_tiles index it; tests/test_config.cpp pins
+// the names).
 const std::vector<Sm90Config>& compiled_configs();
 // Looks a config up by its name() (e.g. "BN64_C4_S4_x1_c2").
 std::optional<Sm90Config> config_by_name(const std::string& name);
