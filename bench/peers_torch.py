@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Peers for fp4moe-bench, measured in the same run: one whole MoE layer in PyTorch.
 
-Per token count: uniform random top-k routing (k distinct experts per token, softmax weights), then
+Per token count: the routing fp4moe-bench timed (--routing-dir, from `fp4moe-bench --dump-routing`),
+or else its own uniform random top-k routing (k distinct experts per token, softmax weights), then
 permute (stable sort by expert), GEMM1 (gate|up), SwiGLU, GEMM2 (down), router-weighted combine
 (index_add), bf16 in and out, with
   - bf16:  torch._grouped_mm on bf16 weights;
@@ -13,11 +14,16 @@ median of --iters. Writes JSON (--json).
 import argparse
 import datetime
 import json
+import os
 import statistics
+import sys
 import time
 
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import routing_file  # noqa: E402
 
 PRESETS = {  # H, I, E, top-k (BRIEF section 5)
     "deepseek-r1": (7168, 2048, 256, 8),
@@ -101,6 +107,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--warmup-ms", type=float, default=500.0)
     ap.add_argument("--json")
+    ap.add_argument("--routing-dir", help="time fp4moe-bench's routing (its --dump-routing DIR) instead of drawing one")
     args = ap.parse_args()
     H, I, E, k = PRESETS[args.preset]
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -113,7 +120,19 @@ def main():
     rows = []
     for T in [int(t) for t in args.tokens.split(",")]:
         x = torch.randn(T, H, device="cuda", dtype=torch.bfloat16, generator=gen)
-        ids, w = route(T, E, k, gen)
+        if args.routing_dir:
+            p = routing_file.path(args.routing_dir, args.preset, T)
+            try:
+                host_ids, host_w, file_e = routing_file.read(p)
+            except (OSError, ValueError) as exc:
+                sys.exit(f"peers_torch.py: --routing-dir: {exc}")
+            if host_ids.shape != (T, k) or file_e != E:
+                sys.exit(f"peers_torch.py: {p} holds T={host_ids.shape[0]} K={host_ids.shape[1]} E={file_e}, "
+                         f"not T={T} K={k} E={E}")
+            ids = torch.from_numpy(host_ids).to("cuda")
+            w = torch.from_numpy(host_w).to("cuda")
+        else:
+            ids, w = route(T, E, k, gen)
         row = {"T": T, "active_experts": int(torch.unique(ids).numel())}
         for name, fn in (("bf16_layer_ms", lambda: layer_bf16(x, ids, w, w13, w2)),
                          ("fp8_layer_ms", lambda: layer_fp8(x, ids, w, w13q, s13, w2q, s2))):
@@ -126,7 +145,8 @@ def main():
         print(json.dumps(row), flush=True)
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     result = {"tool": "bench/peers_torch.py", "date": now, "gpu": torch.cuda.get_device_name(),
-              "torch": torch.__version__, "preset": args.preset, "routing": "random",
+              "torch": torch.__version__, "preset": args.preset,
+              "routing": "fp4moe-bench's (--routing-dir)" if args.routing_dir else "random (own draw)",
               "warmup_ms": args.warmup_ms, "rows": rows}
     if args.json:
         with open(args.json, "w") as f:

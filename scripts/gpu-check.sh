@@ -84,10 +84,15 @@ if has memcheck; then
 fi
 
 tokens=${FP4MOE_TOKENS:-1,8,32,128,512,2048,8192}
+# Each token count's routing (set 0, the one whose touched experts the bench reports), for the peers
+# to time the same assignment. Outside $OUT: one small file per preset and token count.
+routing_dir=${FP4MOE_ROUTING_DIR:-/tmp/fp4moe-routing}
 if has bench; then
+  rm -rf "$routing_dir" && mkdir -p "$routing_dir"
   for preset in $presets; do
     timeout ${FP4MOE_BENCH_TIMEOUT:-300} stdbuf -oL "$bin/fp4moe-bench" --preset "$preset" \
-      ${FP4MOE_BENCH_ARGS:---routing random --tokens $tokens --check --verbose} --json "$out/bench_${preset}.json" 2>&1 | \
+      ${FP4MOE_BENCH_ARGS:---routing random --tokens $tokens --check --verbose} --json "$out/bench_${preset}.json" \
+      --dump-routing "$routing_dir" 2>&1 | \
       tee -a "$out/bench.log" | grep -vE "^ +(gemm|config|kernel)"
     echo "=== bench $preset exit ${PIPESTATUS[0]}" | tee -a "$out/bench.log"
   done
@@ -95,8 +100,11 @@ fi
 
 if has peers; then
   for preset in $presets; do
+    # fp4moe-bench's routing when the bench section ran here, else the peers draw their own
+    routing_args=""
+    if has bench; then routing_args="--routing-dir $routing_dir"; else echo "peers $preset: own routing (no bench section)"; fi
     timeout 300 python3 bench/peers_torch.py --preset "$preset" --tokens "$tokens" --json "$out/peers_${preset}.json" \
-      >> "$out/bench.log" 2>&1
+      $routing_args >> "$out/bench.log" 2>&1
     echo "=== peers $preset exit $?" | tee -a "$out/bench.log"
     python3 bench/compare.py "$out/bench_${preset}.json" "$out/peers_${preset}.json" 2>&1 | tee -a "$out/bench.log"
   done

@@ -14,6 +14,7 @@
 // reference on a scaled-down preset instead.
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -33,6 +34,7 @@
 #include "reference/moe_reference.h"
 #include "src/gemm/sm90/tune.h"
 #include "src/moe/workspace.h"
+#include "tools/routing_file.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -64,6 +66,7 @@ struct Options {
   bool split_k = false;         // --split-k: LayerOptions::split_k
   bool tail_tiles = true;       // --no-tail-tiles: LayerOptions::tail_tiles off
   bool gemm_overlap = true;     // --no-gemm-overlap: LayerOptions::gemm_overlap off
+  std::string dump_routing;     // --dump-routing DIR: each token count's routing for bench/peers_torch.py
   std::string argv;
 };
 
@@ -75,7 +78,8 @@ struct Options {
                "                    [--warmup-ms MS] [--seed N] [--scale F] [--routing model|random]\n"
                "                    [--tune FILE [--tune-only NAME,NAME]] [--tune-file FILE]\n"
                "                    [--checkpoint DIR [--layer L]]\n"
-               "                    [--split-k] [--no-tail-tiles] [--no-gemm-overlap] [--verbose]\n",
+               "                    [--split-k] [--no-tail-tiles] [--no-gemm-overlap] [--verbose]\n"
+               "                    [--dump-routing DIR]\n",
                msg);
   std::exit(2);
 }
@@ -139,6 +143,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--split-k") o.split_k = true;
     else if (a == "--no-tail-tiles") o.tail_tiles = false;
     else if (a == "--no-gemm-overlap") o.gemm_overlap = false;
+    else if (a == "--dump-routing") o.dump_routing = value();
     else if (a == "--json") o.json = value();
     else if (a == "--iters") o.iters = std::max<int>(1, int(integer(value())));
     else if (a == "--warmup") o.warmup = int(integer(value()));
@@ -457,6 +462,14 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
   }
   std::set<int> touched(ids.begin(), ids.end());
   row.active_experts = int(touched.size());
+  if (!o.dump_routing.empty()) {
+    // The routing whose touched experts this row reports (set 0), for the torch peers.
+    const std::string path = tools::routing_file_path(o.dump_routing, o.preset, T);
+    if (!tools::write_routing_file(path, T, K, E, ids, wts)) {
+      std::fprintf(stderr, "error: --dump-routing: cannot write %s: %s\n", path.c_str(), std::strerror(errno));
+      std::exit(1);
+    }
+  }
   if (o.check && T > 0) {
     std::vector<uint16_t> out(size_t(T * H));
     CHECK_CUDA(cudaMemcpy(out.data(), d_out, out.size() * 2, cudaMemcpyDeviceToHost));

@@ -53,3 +53,51 @@ def test_refuses_without_both_builds(tmp_path, files):
     r = run(tmp_path)
     assert r.returncode != 0
     assert "no base_*/head_* JSON pairs" in r.stderr
+
+
+# bench/routing_file.py reads what `fp4moe-bench --dump-routing` writes (tools/routing_file.h, whose
+# writer test_api's RoutingFile tests check byte for byte against the same format).
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import routing_file  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+
+def write_routing(path, header, ids, weights):
+    with open(path, "wb") as f:
+        f.write(header.encode("ascii"))
+        f.write(np.asarray(ids, dtype="<i4").tobytes())
+        f.write(np.asarray(weights, dtype="<f4").tobytes())
+
+
+def test_routing_file_round_trip(tmp_path):
+    p = routing_file.path(str(tmp_path), "deepseek-r1", 3)
+    assert p == os.path.join(str(tmp_path), "deepseek-r1_T3.routing")
+    write_routing(p, "fp4moe-routing v1 T=3 K=2 E=256\n", [5, 0, 255, 7, 1, 2], [0.25, 0.75, 1.0, 0.0, -0.5, 3.5])
+    ids, w, E = routing_file.read(p)
+    assert E == 256
+    assert ids.dtype == np.int32 and ids.shape == (3, 2)
+    assert ids.tolist() == [[5, 0], [255, 7], [1, 2]]
+    assert w.dtype == np.float32 and w.tolist() == [[0.25, 0.75], [1.0, 0.0], [-0.5, 3.5]]
+
+
+def test_routing_file_zero_tokens(tmp_path):
+    p = str(tmp_path / "z.routing")
+    write_routing(p, "fp4moe-routing v1 T=0 K=8 E=256\n", [], [])
+    ids, w, _ = routing_file.read(p)
+    assert ids.shape == (0, 8) and w.shape == (0, 8)
+
+
+@pytest.mark.parametrize("header,ids,weights,message", [
+    ("fp4moe-routing v2 T=1 K=1 E=4\n", [1], [1.0], "not an fp4moe-routing v1 file"),
+    ("fp4moe-routing v1 T=1 K=1\n", [1], [1.0], "not an fp4moe-routing v1 file"),
+    ("fp4moe-routing v1 T=x K=1 E=4\n", [1], [1.0], "bad header"),
+    ("fp4moe-routing v1 T=2 K=1 E=4\n", [1], [1.0], "need 16 bytes"),
+    ("fp4moe-routing v1 T=1 K=1 E=4\n", [4], [1.0], "outside"),
+    ("fp4moe-routing v1 T=1 K=1 E=4\n", [-1], [1.0], "outside"),
+])
+def test_routing_file_rejects_malformed_files(tmp_path, header, ids, weights, message):
+    p = str(tmp_path / "bad.routing")
+    write_routing(p, header, ids, weights)
+    with pytest.raises(ValueError, match=message):
+        routing_file.read(p)
