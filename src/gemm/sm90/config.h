@@ -97,7 +97,7 @@ constexpr int kTailRows = 32;  // the tail config's tile tokens
 //          Llama-4-Scout T=16 -8.2% (5.0);
 //   noise: T=1 and DeepSeek-R1 T=6 (5.4) -0.7% to +1.2%; Qwen3-30B T=32 +0.5% (5.1), T=128 +0.6%
 //          (5.8); DeepSeek-R1 T=8 -1.0% (7.0), T=16 +0.7%; Llama-4-Scout T=32 -2.1% (6.8), T=64 -1.0%
-//          (7.8);
+//          (7.6);
 //   losses: Qwen3-30B T=64 +1.4% (5.7), gpt-oss-120b T=16 +3.2% (8.9), Llama-4-Scout T=128 +1.6% (7.8).
 // Session 6 measured it on every forward: +3.6% / +4.5% at T=128 for gpt-oss-120b and Qwen3-30B
 // (bench/results/2026-11-30_h200_run1_overlap_two-ctas_d38a910.txt).
