@@ -86,7 +86,7 @@ struct MoeLayer::Impl {
   // Whether GEMM2 overlaps GEMM1 (LayerOptions::gemm_overlap, sm90::select_gemm_overlap): never with
   // split-K (the partials' slots and counters assume one GEMM at a time) or a tail launch.
   bool gemm_overlap(int64_t num_tokens, const sm90::Sm90Config& c1, const sm90::Sm90Config& c2) const {
-    if (!options.gemm_overlap || path != KernelPath::kSm90 || num_tokens <= 0) return false;
+    if (!options.gemm_overlap || path != KernelPath::kSm90 || num_tokens <= 0 || tail_config(c1)) return false;
     if (split_k(num_tokens, c1, true) > 1 || split_k(num_tokens, c2, false) > 1) return false;
     return sm90::select_gemm_overlap(config_input(num_tokens), c1, weights.g1.m_units());
   }
@@ -208,7 +208,7 @@ KernelInfo MoeLayer::kernel_info(int64_t num_tokens) const {
     const auto tail = num_tokens * impl_->problem.top_k() > c1.tile_tokens ? impl_->tail_config(c1) : std::nullopt;
     const std::string tail_name = tail ? ", tail " + tail->name() : std::string();
     k.gemm1 = "sm90_moe_gemm1_wgmma_rs(" + c1.name() + split(c1, true) + tail_name + ")";
-    const bool overlap = !impl_->tail_config(c1) && impl_->gemm_overlap(num_tokens, c1, c2);
+    const bool overlap = impl_->gemm_overlap(num_tokens, c1, c2);
     k.gemm2 = "sm90_moe_gemm2_wgmma_rs(" + c2.name() + split(c2, false) + tail_name +
               (overlap ? ", overlaps GEMM1" : "") + ")";
     k.regime = c1.regime;
@@ -386,7 +386,7 @@ Status MoeLayer::forward(const ForwardArgs& a, void* workspace, size_t workspace
     const auto& [cfg1, cfg2] = cfg;
     g.split_k1 = m.split_k(T, cfg1, true);
     g.split_k2 = m.split_k(T, cfg2, false);
-    g.overlap = !tail && m.gemm_overlap(T, cfg1, cfg2);
+    g.overlap = m.gemm_overlap(T, cfg1, cfg2);
     MoeGemmParams gt = g;  // the tail launches: at most one tile per expert with more than a tile of rows
     if (tail) {
       gt.tail_of = g.tile_tokens;
