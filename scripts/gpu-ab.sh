@@ -8,7 +8,8 @@
 # default "--routing random"), FP4MOE_AB_BASE_BIN (the base binary, default gpubin/base/fp4moe-bench;
 # gpubin/bin/fp4moe-bench with FP4MOE_AB_BASE_ARGS compares one build's options, e.g.
 # FP4MOE_AB_BASE_ARGS=--no-tail-tiles), FP4MOE_AB_HEAD_BIN (the head binary, default
-# gpubin/bin/fp4moe-bench), FP4MOE_AB_BASE_ARGS (more arguments for the base runs only),
+# gpubin/bin/fp4moe-bench), FP4MOE_AB_BASE_ARGS / FP4MOE_AB_HEAD_ARGS (more arguments for the base
+# or the head runs only, e.g. FP4MOE_AB_HEAD_ARGS=--fused-combine with one binary as both),
 # CUDA_VISIBLE_DEVICES as usual. Writes $OUT/ab/*.json and
 # $OUT/ab/summary.md; exits non-zero when a run failed.
 set -u
@@ -25,7 +26,7 @@ for spec in "$@"; do
   preset=${spec%%:*} tokens=${spec#*:}
   for rep in $(seq 1 "${FP4MOE_AB_REPS:-2}"); do
     for label in base head; do
-      b=$head_bin extra=
+      b=$head_bin extra=${FP4MOE_AB_HEAD_ARGS:-}
       [ $label = base ] && b=$base_bin extra=${FP4MOE_AB_BASE_ARGS:-}
       timeout 300 "$b" --preset "$preset" --tokens "$tokens" ${FP4MOE_AB_ARGS:---routing random} $extra \
         --json "$out/${label}_${preset}_${rep}.json" > "$out/${label}_${preset}_${rep}.log" 2>&1
