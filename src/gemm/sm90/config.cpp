@@ -54,10 +54,7 @@ int select_split_k(const ConfigInput& in, const Sm90Config& c, int64_t m_units, 
   const int64_t tiles = max_gemm_tiles(in, c, m_units);
   if (tiles <= 0 || 2 * tiles > in.num_sms) return 1;
   int64_t s = std::min<int64_t>({in.num_sms / tiles, 8, k_units / 4, kMaxSplitUnits / tiles});
-  // Two ranges only double the SMs, which the narrow decode config (narrow_for_few_tiles) does
-  // without partial sums: on an H200 (session 10, run 7) Qwen3-30B T=1 split both GEMMs in two and
-  // was 6.4% slower than narrowed, gpt-oss-120b T=1 (GEMM2 in two) 2.6% faster.
-  return s >= 3 ? int(s) : 1;
+  return s > 1 ? int(s) : 1;
 }
 
 Sm90Config select_config(const ConfigInput& in) {

@@ -63,8 +63,7 @@ constexpr int kNarrowDecodeConfig = 8;
 // Split-K ranges for one GEMM of a forward with LayerOptions::split_k (1: none): only configs with a
 // 16-token tile, only when at most half the SMs would have a tile. Tiles are bounded from the token count
 // (at most min(T*K, T*K/16 + min(T*K, experts)) token tiles times the m-blocks); each SM then gets
-// a K range, up to 8 ranges of at least 4 chunks, at most kMaxSplitUnits work units, and at least 3
-// ranges (two would only do what the narrow decode config does without partial sums).
+// a K range, up to 8 ranges of at least 4 chunks, at most kMaxSplitUnits work units.
 int select_split_k(const ConfigInput& in, const Sm90Config& c, int64_t m_units, int64_t k_units);
 
 // Tail tiles (LayerOptions::tail_tiles): with a main token tile of 128 or more, an expert whose rows
