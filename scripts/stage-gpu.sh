@@ -10,6 +10,9 @@
 #                           (in a temporary git worktree), the "base" of scripts/gpu-ab.sh's A/B
 #   gpubin/NAME/fp4moe-bench  with FP4MOE_STAGE_MORE="NAME=REV ..." only: more builds at other commits,
 #                           for A/Bs of several candidates in one GPU run (FP4MOE_AB_HEAD_BIN)
+#   gpubin/trace/fp4moe-bench with FP4MOE_STAGE_TRACE=1 only: the working tree built with
+#                           -DFP4MOE_TRACE=ON (in build-trace/), for `fp4moe-bench --trace`'s kernel
+#                           timeline; its times are not for comparison (tracing adds barriers and atomics)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bash "$root/scripts/build.sh"
@@ -46,6 +49,15 @@ for spec in "${builds[@]}"; do
     *) echo "stage-gpu: '$spec' is not NAME=REV"; exit 2 ;;
   esac
 done
+if [ "${FP4MOE_STAGE_TRACE:-0}" = 1 ]; then
+  cmake -S "$root" -B "$root/build-trace" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFP4MOE_TRACE=ON \
+    -DFP4MOE_BUILD_TESTS=OFF >/dev/null
+  cmake --build "$root/build-trace" -j "${FP4MOE_JOBS:-$(nproc)}" --target fp4moe-bench
+  mkdir -p "$stage/trace"
+  cp "$root/build-trace/fp4moe-bench" "$stage/trace/"
+  strip --strip-debug "$stage/trace/fp4moe-bench" 2>/dev/null || true
+  builds+=("trace=")
+fi
 mkdir -p "$stage/bin"
 cp "$root"/build/tests/test_* "$root"/build/tests/fp4moe-make-checkpoint "$root"/build/fp4moe-* "$stage/bin/"
 strip --strip-debug "$stage"/bin/* 2>/dev/null || true

@@ -13,6 +13,7 @@
 // compares a sample of tokens with the fp64 reference. Without a GPU it says so and runs the CPU
 // reference on a scaled-down preset instead.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cerrno>
 #include <cstdio>
@@ -67,6 +68,7 @@ struct Options {
   bool tail_tiles = true;       // --no-tail-tiles: LayerOptions::tail_tiles off
   bool gemm_overlap = true;     // --no-gemm-overlap: LayerOptions::gemm_overlap off
   std::string dump_routing;     // --dump-routing DIR: each token count's routing for bench/peers_torch.py
+  bool trace = false;           // --trace: each kernel's timeline in one graph replay (FP4MOE_TRACE builds)
   std::string argv;
 };
 
@@ -79,7 +81,7 @@ struct Options {
                "                    [--tune FILE [--tune-only NAME,NAME]] [--tune-file FILE]\n"
                "                    [--checkpoint DIR [--layer L]]\n"
                "                    [--split-k] [--no-tail-tiles] [--no-gemm-overlap] [--verbose]\n"
-               "                    [--dump-routing DIR]\n",
+               "                    [--dump-routing DIR] [--trace]\n",
                msg);
   std::exit(2);
 }
@@ -140,6 +142,13 @@ Options parse(int argc, char** argv) {
       else usage(("--routing = '" + r + "' is not one of: model, random").c_str());
     }
     else if (a == "--verbose") o.verbose = true;
+    else if (a == "--trace") {
+#if FP4MOE_TRACE
+      o.trace = true;
+#else
+      usage("--trace needs a build configured with -DFP4MOE_TRACE=ON (the kernels record their times only there)");
+#endif
+    }
     else if (a == "--split-k") o.split_k = true;
     else if (a == "--no-tail-tiles") o.tail_tiles = false;
     else if (a == "--no-gemm-overlap") o.gemm_overlap = false;
@@ -302,6 +311,10 @@ struct Row {
   double check_error = -1;
   bool check_pass = true;
   KernelInfo kernel;
+  // --trace: per kernel of src/common/trace.h, in us from the first traced kernel's start: start,
+  // first and last return from its griddepcontrol.wait (-1 where none waited), end; -1 everywhere
+  // for a kernel that did not run.
+  std::vector<std::array<double, 4>> trace;
 };
 
 std::vector<uint16_t> random_bf16_normal(std::mt19937_64& rng, size_t n) {
@@ -516,6 +529,39 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
   }
   row.graph_ms = time_it([&](int s) { CHECK_CUDA(cudaGraphLaunch(graphs[s], stream)); });
   CHECK_OK(layer.check_device_errors(ws, stream));
+#if FP4MOE_TRACE
+  if (o.trace) {
+    // One replay right after another (the trace words zeroed between them, which serializes the
+    // two): the kernels of one forward chained by programmatic dependent launch as in the timing.
+    const WorkspaceLayout wl = WorkspaceLayout::make(p.max_tokens, K, layer.num_local_experts(), H,
+                                                     layer.local_intermediate_size(), o.split_k);
+    if (wl.total != layer.workspace_bytes()) {
+      std::fprintf(stderr, "error: --trace: the workspace layout (%zu bytes) is not the layer's (%zu)\n", wl.total,
+                   layer.workspace_bytes());
+      std::exit(1);
+    }
+    char* words = static_cast<char*>(ws) + wl.trace;
+    CHECK_CUDA(cudaGraphLaunch(graphs[0], stream));
+    CHECK_CUDA(cudaMemsetAsync(words, 0, kTraceBytes, stream));
+    CHECK_CUDA(cudaGraphLaunch(graphs[0], stream));
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    unsigned long long w[kTraceKernels][kTraceWords];
+    CHECK_CUDA(cudaMemcpy(w, words, kTraceBytes, cudaMemcpyDeviceToHost));
+    unsigned long long t0 = ~0ull;
+    for (int k = 0; k < kTraceKernels; ++k)
+      if (w[k][3] != 0) t0 = std::min(t0, ~w[k][0]);
+    for (int k = 0; k < kTraceKernels; ++k) {
+      std::array<double, 4> v = {-1, -1, -1, -1};
+      if (w[k][3] != 0) {
+        auto us = [&](unsigned long long t) { return double(t - t0) / 1e3; };
+        v[0] = us(~w[k][0]);
+        if (w[k][2] != 0) v[1] = us(~w[k][1]), v[2] = us(w[k][2]);
+        v[3] = us(w[k][3]);
+      }
+      row.trace.push_back(v);
+    }
+  }
+#endif
   for (auto g : graphs) cudaGraphExecDestroy(g);
 
   row.touched_gb = double(row.active_experts) * double(p.expert_weight_bytes()) * layer.local_intermediate_size() /
@@ -566,7 +612,20 @@ void write_json(const Options& o, const MoeProblem& p, const char* gpu, const Ce
       << ", \"TFLOPs\": " << (r.graph_ms > 0 ? r.gflop / r.graph_ms : 0) << ", \"check_error\": " << r.check_error
       << ", \"check_pass\": " << (r.check_pass ? "true" : "false") << ", \"kernel_path\": \""
       << to_string(r.kernel.path) << "\", \"gemm1\": \"" << r.kernel.gemm1 << "\", \"gemm2\": \"" << r.kernel.gemm2
-      << "\", \"regime\": \"" << r.kernel.regime << "\"}" << (i + 1 < rows.size() ? "," : "") << "\n";
+      << "\", \"regime\": \"" << r.kernel.regime << "\"";
+    if (!r.trace.empty()) {
+      f << ", \"trace_us\": {";
+      bool first = true;
+      for (size_t k = 0; k < r.trace.size(); ++k) {
+        const auto& v = r.trace[k];
+        if (v[3] < 0) continue;
+        f << (first ? "" : ", ") << "\"" << kTraceKernelNames[k] << "\": [" << v[0] << ", " << v[1] << ", " << v[2]
+          << ", " << v[3] << "]";
+        first = false;
+      }
+      f << "}";
+    }
+    f << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
   }
   f << "  ]\n}\n";
 }
@@ -727,6 +786,27 @@ int main(int argc, char** argv) {
     if (o.verbose)
       std::printf("        path %s | %s | %s | %s\n", to_string(r.kernel.path), r.kernel.regime.c_str(),
                   r.kernel.gemm1.c_str(), r.kernel.gemm2.c_str());
+#if FP4MOE_TRACE
+    if (o.trace) {
+      std::printf("        trace (us from the first kernel's start; wait = first..last return from the PDL wait)\n");
+      for (size_t k = 0; k < r.trace.size(); ++k) {
+        const auto& v = r.trace[k];
+        if (v[3] < 0) continue;
+        std::printf("        %-11s start %8.2f  wait %8.2f..%-8.2f  end %8.2f  (%.2f)\n", kTraceKernelNames[k], v[0],
+                    v[1], v[2], v[3], v[3] - v[0]);
+      }
+      // The tool's own check: a kernel's wait returns only once the kernel launched before it (the
+      // enum follows the launch order) has ended, as programmatic dependent launch guarantees.
+      int prev = -1;
+      for (size_t k = 0; k < r.trace.size(); ++k) {
+        if (r.trace[k][3] < 0) continue;
+        if (prev >= 0 && r.trace[k][1] >= 0 && r.trace[k][1] < r.trace[prev][3])
+          std::printf("        trace: WARNING %s's wait returned at %.2f, before %s ended (%.2f)\n",
+                      kTraceKernelNames[k], r.trace[k][1], kTraceKernelNames[prev], r.trace[prev][3]);
+        prev = int(k);
+      }
+    }
+#endif
     rows.push_back(r);
   }
   if (!o.json.empty()) write_json(o, p, prop.name, ceil, rows);

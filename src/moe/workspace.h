@@ -14,6 +14,7 @@
 
 #include "fp4moe/numerics.h"
 #include "src/moe/weight_layout.h"
+#include "src/common/trace.h"
 
 namespace fp4moe {
 
@@ -61,6 +62,9 @@ struct WorkspaceLayout {
   size_t split_partial = 0;  // fp32 [kMaxSplitUnits][kSplitUnitFloats]: partial sums
   size_t split_count = 0;    // int32 [2][kSplitCounters]: arrivals per (tile, consumer), GEMM1 then GEMM2
   int split_counters = 0;    // 2 * kSplitCounters with split-K, else 0 (what the plan kernel zeroes)
+#if FP4MOE_TRACE
+  size_t trace = 0;          // u64 [kTraceKernels][kTraceWords] (src/common/trace.h; trace builds only)
+#endif
   size_t total = 0;
 
   static WorkspaceLayout make(int64_t max_tokens, int top_k, int num_local_experts, int64_t hidden,
@@ -96,6 +100,9 @@ struct WorkspaceLayout {
     w.split_counters = split_k ? 2 * kSplitCounters : 0;
     w.split_partial = take(split_k ? 4 * size_t(kMaxSplitUnits) * kSplitUnitFloats : 0);
     w.split_count = take(4 * size_t(w.split_counters));
+#if FP4MOE_TRACE
+    w.trace = take(kTraceBytes);
+#endif
     w.total = off;
     return w;
   }
@@ -119,6 +126,9 @@ struct WorkspacePtrs {
   uint16_t* y;
   float* split_partial;
   int32_t* split_count;
+#if FP4MOE_TRACE
+  unsigned long long* trace;
+#endif
 
   static WorkspacePtrs from(void* base, const WorkspaceLayout& l) {
     char* b = static_cast<char*>(base);
@@ -131,7 +141,11 @@ struct WorkspacePtrs {
             reinterpret_cast<int32_t*>(b + l.tile_done),
             reinterpret_cast<uint16_t*>(b + l.x),       reinterpret_cast<uint16_t*>(b + l.h),
             reinterpret_cast<uint16_t*>(b + l.y),       reinterpret_cast<float*>(b + l.split_partial),
-            reinterpret_cast<int32_t*>(b + l.split_count)};
+            reinterpret_cast<int32_t*>(b + l.split_count)
+#if FP4MOE_TRACE
+            , reinterpret_cast<unsigned long long*>(b + l.trace)
+#endif
+    };
   }
 };
 

@@ -131,12 +131,14 @@ __device__ __forceinline__ void zero_tile_done(const PermuteParams& p) {
 
 // The plan in one CTA (up to kPlanMultiMinPairs pairs). Shared memory: E_local counters.
 __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PermuteParams p) {
+  FP4MOE_TRACE_CTA(p.ws.trace, kTracePlan);
   extern __shared__ int32_t smem_counts[];
   for (int e = threadIdx.x; e < p.num_local_experts; e += blockDim.x) smem_counts[e] = 0;
   __shared__ int32_t bad_ids;
   if (threadIdx.x == 0) bad_ids = 0;
   pdl_launch_dependents();
   pdl_wait();  // the routing output
+  FP4MOE_TRACE_WAITED();
   __syncthreads();
   zero_split_counters(p);
   const int64_t num_pairs = p.num_tokens * p.top_k;
@@ -155,6 +157,7 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PermuteParams p) {
 __host__ __device__ constexpr int64_t plan_slice(int64_t num_pairs) { return (num_pairs + kPlanCtas - 1) / kPlanCtas; }
 
 __global__ void __launch_bounds__(kPlanThreads) plan_count_kernel(PermuteParams p) {
+  FP4MOE_TRACE_CTA(p.ws.trace, kTracePlanCount);
   extern __shared__ int32_t smem_counts[];
   const int num_local = p.num_local_experts;
   for (int e = threadIdx.x; e < num_local; e += blockDim.x) smem_counts[e] = 0;
@@ -162,6 +165,7 @@ __global__ void __launch_bounds__(kPlanThreads) plan_count_kernel(PermuteParams 
   if (threadIdx.x == 0) bad_ids = 0;
   pdl_launch_dependents();
   pdl_wait();  // the routing output
+  FP4MOE_TRACE_WAITED();
   __syncthreads();
   const int64_t num_pairs = p.num_tokens * p.top_k, slice = plan_slice(num_pairs);
   const int64_t begin = std::min<int64_t>(int64_t(blockIdx.x) * slice, num_pairs);
@@ -173,11 +177,13 @@ __global__ void __launch_bounds__(kPlanThreads) plan_count_kernel(PermuteParams 
 }
 
 __global__ void __launch_bounds__(kPlanThreads) plan_scan_kernel(PermuteParams p) {
+  FP4MOE_TRACE_CTA(p.ws.trace, kTracePlanScan);
   extern __shared__ int32_t smem_counts[];
   const int num_local = p.num_local_experts;
   __shared__ int32_t bad_ids;
   pdl_launch_dependents();
   pdl_wait();  // the per-CTA counts
+  FP4MOE_TRACE_WAITED();
   zero_split_counters(p);
   const int stride = num_local + 1;
   for (int e = threadIdx.x; e <= num_local; e += blockDim.x) {
@@ -210,10 +216,12 @@ __global__ void __launch_bounds__(kPlanThreads) plan_scan_kernel(PermuteParams p
 }
 
 __global__ void __launch_bounds__(kPlanThreads) plan_assign_kernel(PermuteParams p) {
+  FP4MOE_TRACE_CTA(p.ws.trace, kTracePlanAssign);
   extern __shared__ int32_t smem_cursor[];
   const int num_local = p.num_local_experts;
   pdl_launch_dependents();
   pdl_wait();  // the rows of the scan
+  FP4MOE_TRACE_WAITED();
   const int32_t* first = p.ws.plan_hist + int64_t(blockIdx.x) * (num_local + 1);
   for (int e = threadIdx.x; e < num_local; e += blockDim.x) smem_cursor[e] = first[e];
   __syncthreads();
@@ -235,11 +243,13 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
 // took 6.2 us at DeepSeek-R1 T=1, three dependent loads per thread); each thread owns 16-element
 // blocks of the row. The row comes from the plan.
 __global__ void __launch_bounds__(kRowThreads) permute_kernel(PermuteParams p) {
+  FP4MOE_TRACE_CTA(p.ws.trace, kTracePermute);
   const int64_t pair = blockIdx.x;
   const int64_t t = pair / p.top_k;
   const int64_t H = p.hidden_size;
   pdl_launch_dependents();
   pdl_wait();  // the plan's rows
+  FP4MOE_TRACE_WAITED();
   const int32_t row = p.ws.pair_row[pair];
   if (row < 0) return;
   const int local = p.ws.topk_ids[pair] - p.expert_begin;
@@ -289,6 +299,7 @@ constexpr int kFinalizeColumns = kRowThreads * 8;
 constexpr int kMaxTopK = routing::kMaxTopK;
 
 __global__ void __launch_bounds__(kRowThreads) finalize_kernel(PermuteParams p, uint16_t* out) {
+  FP4MOE_TRACE_CTA(p.ws.trace, kTraceFinalize);
   const int64_t t = blockIdx.x;
   const int64_t H = p.hidden_size;
   const int K = p.top_k;
@@ -296,6 +307,7 @@ __global__ void __launch_bounds__(kRowThreads) finalize_kernel(PermuteParams p, 
   __shared__ int32_t rows[kMaxTopK];
   pdl_launch_dependents();
   pdl_wait();  // GEMM2's y
+  FP4MOE_TRACE_WAITED();
   if (threadIdx.x < K) rows[threadIdx.x] = p.ws.pair_row[t * K + threadIdx.x];
   __syncthreads();
   if (c >= H) return;

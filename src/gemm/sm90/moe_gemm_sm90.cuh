@@ -190,6 +190,9 @@ struct Sm90Traits {
                 "setmaxnreg split must shrink the producer and grow the consumers");
   // (The descriptor arithmetic of consume_tile needs shared addresses below 2^18: sm90 has 228 KB.)
   static_assert(kSmemBytes <= 232448, "sm90 shared memory per CTA");
+#if FP4MOE_TRACE
+  static_assert(kSmemBytes + 16 <= 232448, "trace builds: TraceCta's static shared word must fit too");
+#endif
   static_assert(kBN <= kMaxTileTokens, "the workspace's rows_cap slack must cover a full-tile activation copy");
 };
 
@@ -529,6 +532,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + T::kOffBars);
   uint64_t* empty = full + T::kStages;
   int32_t* tile_start = reinterpret_cast<int32_t*>(smem + T::kOffTileStart);
+  FP4MOE_TRACE_CTA(p.ws.trace, T::kGemm1 ? (p.tail_of > 0 ? kTraceGemm1Tail : kTraceGemm1)
+                                         : (p.tail_of > 0 ? kTraceGemm2Tail : kTraceGemm2));
 
   const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);  // warp-uniform for ptxas
   const int tid = threadIdx.x % 128;
@@ -557,8 +562,10 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   if (!(T::kOverlaps && p.overlap)) {
     pdl_launch_dependents();
     pdl_wait();  // the permuted activations (GEMM1) or the intermediate (GEMM2), and the plan
+    FP4MOE_TRACE_WAITED();
   } else if constexpr (T::kGemm1) {
     pdl_wait();
+    FP4MOE_TRACE_WAITED();
   } else {
     pdl_launch_dependents();
   }

@@ -1,0 +1,81 @@
+// Kernel timeline of one forward, for trace builds only (cmake -DFP4MOE_TRACE=ON; everything here
+// compiles to nothing otherwise, so the kernels of a normal build are unchanged). Each traced
+// kernel records in the workspace's trace words (WorkspaceLayout::trace), in %globaltimer
+// nanoseconds: the first CTA's start, the first and the last return from griddepcontrol.wait, and
+// the last CTA's end. `fp4moe-bench --trace` prints them for one CUDA-graph replay: where a
+// forward's time goes between kernels under programmatic dependent launch, which Nsight Compute
+// (one kernel at a time) does not show and the GPU machine has no Nsight Systems for.
+#pragma once
+
+#include <cstdint>
+
+namespace fp4moe {
+
+enum TraceKernel : int {
+  kTracePlan,        // the one-CTA plan
+  kTracePlanCount,   // the multi-CTA plan's three launches
+  kTracePlanScan,
+  kTracePlanAssign,
+  kTracePermute,
+  kTraceGemm1,
+  kTraceGemm1Tail,
+  kTraceGemm2,
+  kTraceGemm2Tail,
+  kTraceFinalize,
+  kTraceKernels
+};
+inline constexpr const char* kTraceKernelNames[kTraceKernels] = {
+    "plan", "plan_count", "plan_scan", "plan_assign", "permute", "gemm1", "gemm1_tail", "gemm2", "gemm2_tail",
+    "finalize"};
+// Words per kernel, all maxima so that a zeroed buffer is an empty trace: ~(first start),
+// ~(first wait return), last wait return, last end. A kernel that did not run keeps zeros.
+constexpr int kTraceWords = 4;
+constexpr int kTraceBytes = kTraceKernels * kTraceWords * 8;
+
+#if defined(FP4MOE_TRACE) && FP4MOE_TRACE && defined(__CUDACC__)
+__device__ __forceinline__ uint64_t trace_now() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ int* trace_exited_warps() {
+  __shared__ int exited;
+  return &exited;
+}
+
+// One per CTA, constructed by every thread at the kernel's top (it synchronizes the CTA once); the
+// CTA's end is when the last of its warps' lane 0 leaves the kernel (the destructor runs at every
+// return).
+class TraceCta {
+ public:
+  __device__ TraceCta(unsigned long long* trace, int kernel) : slot_(trace + kernel * kTraceWords) {
+    if (threadIdx.x == 0) {
+      *trace_exited_warps() = 0;
+      atomicMax(slot_ + 0, ~trace_now());
+    }
+    __syncthreads();
+  }
+  __device__ void waited() const {
+    if (threadIdx.x != 0) return;
+    const uint64_t t = trace_now();
+    atomicMax(slot_ + 1, ~t);
+    atomicMax(slot_ + 2, t);
+  }
+  __device__ ~TraceCta() {
+    if (threadIdx.x % 32 != 0) return;
+    const int warps = int(blockDim.x + 31) / 32;
+    if (atomicAdd(trace_exited_warps(), 1) == warps - 1) atomicMax(slot_ + 3, trace_now());
+  }
+
+ private:
+  unsigned long long* slot_;
+};
+#define FP4MOE_TRACE_CTA(trace, kernel) ::fp4moe::TraceCta fp4moe_trace_cta_((trace), (kernel))
+#define FP4MOE_TRACE_WAITED() fp4moe_trace_cta_.waited()
+#else
+#define FP4MOE_TRACE_CTA(trace, kernel) static_cast<void>(0)
+#define FP4MOE_TRACE_WAITED() static_cast<void>(0)
+#endif
+
+}  // namespace fp4moe
