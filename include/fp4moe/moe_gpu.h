@@ -3,7 +3,8 @@
 //   MoeLayer::create(problem, host weights)  repacks checkpoint-layout weights onto the device once;
 //   MoeLayer::create_dummy(problem, seed)    random valid weights generated on the device;
 //   layer->workspace_bytes()                 scratch the caller allocates (sized for max_tokens);
-//   layer->forward(args, workspace, stream)  asynchronous, no host synchronization, CUDA-graph safe.
+//   layer->forward(args, workspace, workspace_bytes, stream)
+//                                            asynchronous, no host synchronization, CUDA-graph safe.
 //
 // Every argument is validated before anything is launched; errors name the argument and its value.
 #pragma once
