@@ -441,6 +441,10 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
   void* ws;
   CHECK_CUDA(cudaMalloc(&d_out, std::max<size_t>(16, size_t(T * H * 2))));
   CHECK_CUDA(cudaMalloc(&ws, layer.workspace_bytes()));
+  // The layer's workspace layout (forward.cu makes it from the same arguments), to read the routing
+  // (--routing model) and the trace words (--trace).
+  const WorkspaceLayout wl = WorkspaceLayout::make(p.max_tokens, K, layer.num_local_experts(), H,
+                                                   layer.local_intermediate_size(), o.split_k);
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   auto args = [&](int s) {
@@ -467,8 +471,6 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
     ids = host_ids[0];
     wts = host_wts[0];
   } else {
-    const WorkspaceLayout wl = WorkspaceLayout::make(p.max_tokens, K, layer.num_local_experts(), H,
-                                                     layer.local_intermediate_size());
     CHECK_CUDA(cudaMemcpy(ids.data(), static_cast<char*>(ws) + wl.topk_ids, ids.size() * 4, cudaMemcpyDeviceToHost));
     CHECK_CUDA(cudaMemcpy(wts.data(), static_cast<char*>(ws) + wl.topk_weights, wts.size() * 4,
                           cudaMemcpyDeviceToHost));
@@ -533,8 +535,6 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
   if (o.trace) {
     // One replay right after another (the trace words zeroed between them, which serializes the
     // two): the kernels of one forward chained by programmatic dependent launch as in the timing.
-    const WorkspaceLayout wl = WorkspaceLayout::make(p.max_tokens, K, layer.num_local_experts(), H,
-                                                     layer.local_intermediate_size(), o.split_k);
     if (wl.total != layer.workspace_bytes()) {
       std::fprintf(stderr, "error: --trace: the workspace layout (%zu bytes) is not the layer's (%zu)\n", wl.total,
                    layer.workspace_bytes());
