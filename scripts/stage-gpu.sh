@@ -13,6 +13,8 @@
 #   gpubin/trace/fp4moe-bench with FP4MOE_STAGE_TRACE=1 only: the working tree built with
 #                           -DFP4MOE_TRACE=ON (in build-trace/), for `fp4moe-bench --trace`'s kernel
 #                           timeline; its times are not for comparison (tracing adds barriers and atomics)
+#   gpubin/NAME/fp4moe-bench  with FP4MOE_STAGE_TRACE_MORE="NAME=REV ..." only: trace builds at other
+#                           commits (e.g. main's timeline next to a branch's)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bash "$root/scripts/build.sh"
@@ -24,7 +26,7 @@ cleanup() {
 }
 trap cleanup EXIT
 # fp4moe-bench at commit $2 into $stage/$1/ (in a temporary git worktree; ccache makes it quick when
-# most translation units match a build already made here).
+# most translation units match a build already made here); $3 (optional): more CMake options.
 build_bench_at() {
   local name=$1 rev wt
   rev=$(git -C "$root" rev-parse --verify "$2^{commit}")
@@ -32,7 +34,7 @@ build_bench_at() {
   worktrees+=("$wt")
   git -C "$root" worktree add --detach "$wt" "$rev" >/dev/null
   ln -s "$root/.deps" "$wt/.deps"  # the pinned headers (git-ignored, not in the worktree)
-  cmake -S "$wt" -B "$wt/build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake -S "$wt" -B "$wt/build" -G Ninja -DCMAKE_BUILD_TYPE=Release ${3:-} >/dev/null
   cmake --build "$wt/build" -j "${FP4MOE_JOBS:-$(nproc)}" --target fp4moe-bench
   mkdir -p "$stage/$name"
   cp "$wt/build/fp4moe-bench" "$stage/$name/"
@@ -42,10 +44,14 @@ build_bench_at() {
 builds=()
 [ -n "${FP4MOE_STAGE_BASE:-}" ] && builds+=("base=$FP4MOE_STAGE_BASE")
 for spec in ${FP4MOE_STAGE_MORE:-}; do builds+=("$spec"); done
+traced=()
+for spec in ${FP4MOE_STAGE_TRACE_MORE:-}; do builds+=("$spec"); traced+=("$spec"); done
 for spec in "${builds[@]}"; do
+  flags=
+  for t in "${traced[@]}"; do [ "$t" = "$spec" ] && flags="-DFP4MOE_TRACE=ON -DFP4MOE_BUILD_TESTS=OFF"; done
   case $spec in
-    bin=* | pywheels=* | *=) echo "stage-gpu: bad build name in '$spec'"; exit 2 ;;
-    ?*=?*) build_bench_at "${spec%%=*}" "${spec#*=}" ;;
+    bin=* | pywheels=* | trace=* | *=) echo "stage-gpu: bad build name in '$spec'"; exit 2 ;;
+    ?*=?*) build_bench_at "${spec%%=*}" "${spec#*=}" "$flags" ;;
     *) echo "stage-gpu: '$spec' is not NAME=REV"; exit 2 ;;
   esac
 done
