@@ -6,7 +6,7 @@
 #                           Python parts are left out with FP4MOE_STAGE_PYTHON=0: room for more builds)
 #   gpubin/pywheels/        build and test dependencies of the Python package for the GPU machine's
 #                           Python 3.12 (it has no registry access)
-#   gpubin/base/fp4moe-bench  with FP4MOE_STAGE_BASE=REV only: fp4moe-bench built at another commit
+#   gpubin/base/fp4moe-bench(.gz)  with FP4MOE_STAGE_BASE=REV only: fp4moe-bench built at another commit
 #                           (in a temporary git worktree), the "base" of scripts/gpu-ab.sh's A/B
 #   gpubin/NAME/fp4moe-bench  with FP4MOE_STAGE_MORE="NAME=REV ..." only: more builds at other commits,
 #                           for A/Bs of several candidates in one GPU run (FP4MOE_AB_HEAD_BIN)
@@ -15,6 +15,8 @@
 #                           timeline; its times are not for comparison (tracing adds barriers and atomics)
 #   gpubin/NAME/fp4moe-bench  with FP4MOE_STAGE_TRACE_MORE="NAME=REV ..." only: trace builds at other
 #                           commits (e.g. main's timeline next to a branch's)
+# Every build but bin/ is stored as NAME/fp4moe-bench.gz; the GPU scripts (gpu-ab, gpu-check,
+# gpu-profile, gpu-session) unpack it next to itself.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bash "$root/scripts/build.sh"
@@ -69,7 +71,12 @@ cp "$root"/build/tests/test_* "$root"/build/tests/fp4moe-make-checkpoint "$root"
 strip --strip-debug "$stage"/bin/* 2>/dev/null || true
 rm -rf "$root/gpubin" && mkdir -p "$root/gpubin"
 tar -C "$stage" -czf "$root/gpubin/bin.tar.gz" bin
-for spec in "${builds[@]}"; do cp -r "$stage/${spec%%=*}" "$root/gpubin/"; done
+# (the extra builds gzipped, a fifth of their size: scripts/gpu-ab.sh and the other GPU scripts
+# unpack gpubin/*/fp4moe-bench.gz)
+for spec in "${builds[@]}"; do
+  mkdir -p "$root/gpubin/${spec%%=*}"
+  gzip -c "$stage/${spec%%=*}/fp4moe-bench" > "$root/gpubin/${spec%%=*}/fp4moe-bench.gz"
+done
 if [ "${FP4MOE_STAGE_PYTHON:-1}" != 0 ]; then
   tar -C "$root/.deps/cutlass" -czf "$root/gpubin/cutlass.tar.gz" include
   python3 -m pip download -q --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
