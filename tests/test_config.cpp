@@ -67,7 +67,9 @@ TEST(SelectConfig, SplitKOnlyForFewDecodeTiles) {
   scout.num_local_experts = 16;
   scout.num_sms = 132;
   EXPECT_EQ(select_split_k(scout, bn16, 80, 128), 6);   // 20 tiles -> 132 / 20
-  EXPECT_EQ(select_split_k(scout, bn16, 256, 80), 2);   // GEMM1: 64 tiles
+  EXPECT_EQ(select_split_k(scout, bn16, 256, 80), 2);   // GEMM1: 64 tiles, two ranges of 40 chunks
+  EXPECT_EQ(select_split_k(scout, bn16, 256, 2 * kMinTwoWaySplitChunks), 2);
+  EXPECT_EQ(select_split_k(scout, bn16, 256, 2 * kMinTwoWaySplitChunks - 1), 1);  // narrowed instead
   EXPECT_EQ(select_split_k(scout, bn128, 80, 128), 1);  // BN16 only
   EXPECT_EQ(select_split_k(scout, bn16, 80, 7), 1);     // ranges of at least 4 chunks
   EXPECT_EQ(select_split_k(scout, bn16, 80, 12), 3);

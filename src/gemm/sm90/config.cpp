@@ -54,6 +54,11 @@ int select_split_k(const ConfigInput& in, const Sm90Config& c, int64_t m_units, 
   const int64_t tiles = max_gemm_tiles(in, c, m_units);
   if (tiles <= 0 || 2 * tiles > in.num_sms) return 1;
   int64_t s = std::min<int64_t>({in.num_sms / tiles, 8, k_units / 4, kMaxSplitUnits / tiles});
+  // Two ranges only double the SMs, which the narrow decode config (narrow_for_few_tiles) also does,
+  // without partial sums; on an H200 (session 10, runs 7-8) two-way splits won with long ranges
+  // (Llama-4-Scout GEMM1, 40 chunks each; gpt-oss-120b GEMM2, 22-23) and lost with short ones
+  // (Qwen3-30B, 16 and 6), all at T=1.
+  if (s == 2 && k_units / 2 < kMinTwoWaySplitChunks) return 1;
   return s > 1 ? int(s) : 1;
 }
 

@@ -64,7 +64,9 @@ constexpr int kNarrowDecodeConfig = 8;
 // 16-token tile, only when at most half the SMs would have a tile. Tiles are bounded from the token count
 // (at most min(T*K, T*K/16 + min(T*K, experts)) token tiles times the m-blocks); each SM then gets
 // a K range, up to 8 ranges of at least 4 chunks, at most kMaxSplitUnits work units.
+// A split in two needs ranges of at least kMinTwoWaySplitChunks chunks.
 int select_split_k(const ConfigInput& in, const Sm90Config& c, int64_t m_units, int64_t k_units);
+constexpr int64_t kMinTwoWaySplitChunks = 20;
 
 // Tail tiles (LayerOptions::tail_tiles): with a main token tile of 128 or more, an expert whose rows
 // run at most kTailRows past a multiple of the tile (more than one tile's worth) would otherwise spend
