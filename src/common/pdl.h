@@ -25,9 +25,11 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
+// Launches `kernel` on `stream`, with programmatic dependent launch when `pdl` is true (the first
+// kernel of a forward passes false).
 template <typename... KernelArgs, typename... Args>
-Status launch_pdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
-                  Args&&... args) {
+Status launch_maybe_pdl(bool pdl, void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes,
+                        cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
@@ -37,9 +39,15 @@ Status launch_pdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t s
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attr;
-  config.numAttrs = 1;
+  config.numAttrs = pdl ? 1 : 0;
   FP4MOE_CUDA_RETURN(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
   return Status::Ok();
+}
+
+template <typename... KernelArgs, typename... Args>
+Status launch_pdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
+                  Args&&... args) {
+  return launch_maybe_pdl(true, kernel, grid, block, smem_bytes, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace fp4moe

@@ -12,6 +12,7 @@
 namespace fp4moe {
 
 enum TraceKernel : int {
+  kTraceRoute,       // the routing kernel (when the forward routes from logits)
   kTracePlan,        // the one-CTA plan
   kTracePlanCount,   // the multi-CTA plan's three launches
   kTracePlanScan,
@@ -25,7 +26,7 @@ enum TraceKernel : int {
   kTraceKernels
 };
 inline constexpr const char* kTraceKernelNames[kTraceKernels] = {
-    "plan", "plan_count", "plan_scan", "plan_assign", "permute", "gemm1", "gemm1_tail", "gemm2", "gemm2_tail",
+    "route", "plan", "plan_count", "plan_scan", "plan_assign", "permute", "gemm1", "gemm1_tail", "gemm2", "gemm2_tail",
     "finalize"};
 // Words per kernel, all maxima so that a zeroed buffer is an empty trace: ~(first start),
 // ~(first wait return), last wait return, last end. A kernel that did not run keeps zeros.
@@ -46,24 +47,24 @@ __device__ __forceinline__ int* trace_exited_warps() {
 
 // One per CTA, constructed by every thread at the kernel's top (it synchronizes the CTA once); the
 // CTA's end is when the last of its warps' lane 0 leaves the kernel (the destructor runs at every
-// return).
+// return). A null trace (route_gpu called on its own) records nothing.
 class TraceCta {
  public:
-  __device__ TraceCta(unsigned long long* trace, int kernel) : slot_(trace + kernel * kTraceWords) {
-    if (threadIdx.x == 0) {
+  __device__ TraceCta(unsigned long long* trace, int kernel) : slot_(trace ? trace + kernel * kTraceWords : nullptr) {
+    if (threadIdx.x == 0 && slot_) {
       *trace_exited_warps() = 0;
       atomicMax(slot_ + 0, ~trace_now());
     }
     __syncthreads();
   }
   __device__ void waited() const {
-    if (threadIdx.x != 0) return;
+    if (threadIdx.x != 0 || !slot_) return;
     const uint64_t t = trace_now();
     atomicMax(slot_ + 1, ~t);
     atomicMax(slot_ + 2, t);
   }
   __device__ ~TraceCta() {
-    if (threadIdx.x % 32 != 0) return;
+    if (threadIdx.x % 32 != 0 || !slot_) return;
     const int warps = int(blockDim.x + 31) / 32;
     if (atomicAdd(trace_exited_warps(), 1) == warps - 1) atomicMax(slot_ + 3, trace_now());
   }

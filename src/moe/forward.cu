@@ -17,6 +17,7 @@
 #include "src/moe/weights.h"
 #include "src/moe/workspace.h"
 #include "src/permute/permute.h"
+#include "src/routing/routing_gpu.h"
 
 namespace fp4moe {
 
@@ -327,7 +328,11 @@ Status MoeLayer::forward(const ForwardArgs& a, void* workspace, size_t workspace
     r.num_tokens = T;
     r.topk_ids = ws.topk_ids;
     r.topk_weights = ws.topk_weights;
+#if FP4MOE_TRACE
+    FP4MOE_RETURN_IF_ERROR(route_gpu(p.routing, r, stream, ws.trace));
+#else
     FP4MOE_RETURN_IF_ERROR(route_gpu(p.routing, r, stream));
+#endif
   } else if (T > 0) {
     // Precomputed routing is read in place.
     ws.topk_ids = const_cast<int32_t*>(a.topk_ids);
@@ -356,6 +361,7 @@ Status MoeLayer::forward(const ForwardArgs& a, void* workspace, size_t workspace
   pp.prequantized = a.hidden_prequantized;
   pp.layout = m.ws_layout;
   pp.ws = ws;
+  pp.plan_is_first = !(a.router_logits && T > 0);
   FP4MOE_RETURN_IF_ERROR(launch_plan(pp, stream));
   if (T == 0) return Status::Ok();
   FP4MOE_RETURN_IF_ERROR(launch_permute(pp, stream));

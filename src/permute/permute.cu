@@ -58,46 +58,61 @@ __device__ __forceinline__ void plan_count(const PermuteParams& p, int64_t begin
   });
 }
 
-// Warp 0 scans the padded counts and the token-tile and tail-tile counts in chunks of 32 experts,
-// writes counts, seg_start, tile_start, tail_start (and the bad-id count) and turns the shared
-// counters into each expert's first row.
-__device__ __forceinline__ void plan_scan(const PermuteParams& p, int32_t* counts, int32_t bad_ids) {
+// The whole CTA scans the padded counts and the token-tile and tail-tile counts: thread e owns local
+// expert e (num_local <= blockDim.x), each warp scans its 32 experts with shuffles and adds the
+// totals of the warps before it (from shared memory). Writes counts, seg_start, tile_start,
+// tail_start (and the bad-id count), turns the shared counters into each expert's first row and
+// returns the number of token tiles. (Warp 0 alone, 32 experts at a time, took ~1 us of a T=1
+// plan's ~4.) Every thread of the CTA must call it.
+__device__ __forceinline__ int32_t plan_scan(const PermuteParams& p, int32_t* counts, int32_t bad_ids) {
+  constexpr int kMaxWarps = kPlanThreads / 32;
+  __shared__ int32_t warp_sums[3][kMaxWarps];
   const int num_local = p.num_local_experts;
-  if (threadIdx.x >= 32) return;
-  const int lane = threadIdx.x;
-  int32_t row_base = 0, tile_base = 0, tail_base = 0;
-  for (int e0 = 0; e0 < num_local; e0 += 32) {
-    const int e = e0 + lane;
-    const int32_t count = e < num_local ? counts[e] : 0;
-    const int32_t rows = (count + 7) / 8 * 8;
-    const int32_t rest = count % p.tile_tokens;
-    const int32_t tail = count > p.tile_tokens && rest > 0 && rest <= p.tail_rows ? 1 : 0;
-    const int32_t tiles = (count + p.tile_tokens - 1) / p.tile_tokens - tail;
-    int32_t rows_incl = rows, tiles_incl = tiles, tails_incl = tail;
+  const int e = threadIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int32_t count = e < num_local ? counts[e] : 0;
+  const int32_t rows = (count + 7) / 8 * 8;
+  const int32_t rest = count % p.tile_tokens;
+  const int32_t tail = count > p.tile_tokens && rest > 0 && rest <= p.tail_rows ? 1 : 0;
+  const int32_t tiles = (count + p.tile_tokens - 1) / p.tile_tokens - tail;
+  int32_t rows_incl = rows, tiles_incl = tiles, tails_incl = tail;
 #pragma unroll
-    for (int d = 1; d < 32; d *= 2) {
-      const int32_t r = __shfl_up_sync(0xffffffffu, rows_incl, d);
-      const int32_t t = __shfl_up_sync(0xffffffffu, tiles_incl, d);
-      const int32_t u = __shfl_up_sync(0xffffffffu, tails_incl, d);
-      if (lane >= d) rows_incl += r, tiles_incl += t, tails_incl += u;
-    }
-    if (e < num_local) {
-      p.ws.counts[e] = count;
-      p.ws.seg_start[e] = row_base + rows_incl - rows;
-      counts[e] = row_base + rows_incl - rows;  // from here on: expert e's first row
-      p.ws.tile_start[e] = tile_base + tiles_incl - tiles;
-      p.ws.tail_start[e] = tail_base + tails_incl - tail;
-    }
-    row_base += __shfl_sync(0xffffffffu, rows_incl, 31);
-    tile_base += __shfl_sync(0xffffffffu, tiles_incl, 31);
-    tail_base += __shfl_sync(0xffffffffu, tails_incl, 31);
+  for (int d = 1; d < 32; d *= 2) {
+    const int32_t r = __shfl_up_sync(0xffffffffu, rows_incl, d);
+    const int32_t t = __shfl_up_sync(0xffffffffu, tiles_incl, d);
+    const int32_t u = __shfl_up_sync(0xffffffffu, tails_incl, d);
+    if (lane >= d) rows_incl += r, tiles_incl += t, tails_incl += u;
   }
-  if (lane == 0) {
-    p.ws.seg_start[num_local] = row_base;
-    p.ws.tile_start[num_local] = tile_base;
-    p.ws.tail_start[num_local] = tail_base;
+  if (lane == 31) {
+    warp_sums[0][warp] = rows_incl;
+    warp_sums[1][warp] = tiles_incl;
+    warp_sums[2][warp] = tails_incl;
+  }
+  __syncthreads();
+  // The totals of the warps before this one, and of all warps (lane l reads warp l's sums).
+  const int warps = int(blockDim.x) / 32;
+  const bool mine = lane < warps;
+  const int32_t r = mine ? warp_sums[0][lane] : 0, t = mine ? warp_sums[1][lane] : 0, u = mine ? warp_sums[2][lane] : 0;
+  const bool before = lane < warp;
+  const int32_t row_base = __reduce_add_sync(0xffffffffu, before ? r : 0);
+  const int32_t tile_base = __reduce_add_sync(0xffffffffu, before ? t : 0);
+  const int32_t tail_base = __reduce_add_sync(0xffffffffu, before ? u : 0);
+  if (e < num_local) {
+    p.ws.counts[e] = count;
+    p.ws.seg_start[e] = row_base + rows_incl - rows;
+    counts[e] = row_base + rows_incl - rows;  // from here on: expert e's first row
+    p.ws.tile_start[e] = tile_base + tiles_incl - tiles;
+    p.ws.tail_start[e] = tail_base + tails_incl - tail;
+  }
+  const int32_t row_total = __reduce_add_sync(0xffffffffu, r);
+  const int32_t tile_total = __reduce_add_sync(0xffffffffu, t);
+  const int32_t tail_total = __reduce_add_sync(0xffffffffu, u);
+  if (threadIdx.x == 0) {
+    p.ws.seg_start[num_local] = row_total;
+    p.ws.tile_start[num_local] = tile_total;
+    p.ws.tail_start[num_local] = tail_total;
     p.ws.counts[num_local] = bad_ids;  // read by MoeLayer::check_device_errors()
   }
+  return tile_total;
 }
 
 // Rows: each local pair of [begin, end) takes the next row of its expert (shared cursors; the order
@@ -122,32 +137,66 @@ __device__ __forceinline__ void zero_split_counters(const PermuteParams& p) {
   for (int i = threadIdx.x; i < p.layout.split_counters; i += blockDim.x) p.ws.split_count[i] = 0;
 }
 
-// Zeroes GEMM1's finished-unit counts of this forward's token tiles (MoeGemmParams::overlap), after
-// plan_scan has written tile_start and a __syncthreads.
-__device__ __forceinline__ void zero_tile_done(const PermuteParams& p) {
-  const int32_t tiles = p.ws.tile_start[p.num_local_experts];
+// Zeroes GEMM1's finished-unit counts of this forward's token tiles (MoeGemmParams::overlap).
+__device__ __forceinline__ void zero_tile_done(const PermuteParams& p, int32_t tiles) {
   for (int32_t i = threadIdx.x; i < tiles; i += blockDim.x) p.ws.tile_done[i] = 0;
 }
 
-// The plan in one CTA (up to kPlanMultiMinPairs pairs). Shared memory: E_local counters.
+// The plan in one CTA (up to kPlanMultiMinPairs pairs). Shared memory: E_local counters. Each
+// thread loads its routed ids once, all before any is used, and keeps them in registers for both
+// the count and the row assignment.
+constexpr int kPlanIdsPerThread = int(kPlanMultiMinPairs / kPlanThreads);
+static_assert(int64_t(kPlanIdsPerThread) * kPlanThreads == kPlanMultiMinPairs, "the one-CTA plan's ids fill its registers");
+static_assert(routing::kMaxExperts <= kPlanThreads, "plan_scan: a thread per local expert");
+
 __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PermuteParams p) {
   FP4MOE_TRACE_CTA(p.ws.trace, kTracePlan);
   extern __shared__ int32_t smem_counts[];
-  for (int e = threadIdx.x; e < p.num_local_experts; e += blockDim.x) smem_counts[e] = 0;
+  const int num_local = p.num_local_experts;
+  for (int e = threadIdx.x; e < num_local; e += blockDim.x) smem_counts[e] = 0;
   __shared__ int32_t bad_ids;
   if (threadIdx.x == 0) bad_ids = 0;
   pdl_launch_dependents();
   pdl_wait();  // the routing output
   FP4MOE_TRACE_WAITED();
-  __syncthreads();
-  zero_split_counters(p);
   const int64_t num_pairs = p.num_tokens * p.top_k;
-  plan_count(p, 0, num_pairs, smem_counts, &bad_ids);
+  int32_t ids[kPlanIdsPerThread];
+#pragma unroll
+  for (int j = 0; j < kPlanIdsPerThread; ++j) {
+    const int64_t i = threadIdx.x + int64_t(j) * kPlanThreads;
+    ids[j] = i < num_pairs ? __ldcg(p.ws.topk_ids + i) : 0;
+  }
+  zero_split_counters(p);
   __syncthreads();
-  plan_scan(p, smem_counts, bad_ids);
+#pragma unroll
+  for (int j = 0; j < kPlanIdsPerThread; ++j) {
+    if (threadIdx.x + int64_t(j) * kPlanThreads >= num_pairs) break;
+    const int32_t e = ids[j];
+    if (e < 0 || e >= p.num_experts) {
+      atomicAdd(&bad_ids, 1);
+      continue;
+    }
+    const int local = e - p.expert_begin;
+    if (local >= 0 && local < num_local) atomicAdd(&smem_counts[local], 1);
+  }
   __syncthreads();
-  zero_tile_done(p);
-  plan_assign(p, 0, num_pairs, smem_counts);
+  const int32_t tiles = plan_scan(p, smem_counts, bad_ids);
+  zero_tile_done(p, tiles);
+  __syncthreads();
+  // Rows, as in plan_assign.
+#pragma unroll
+  for (int j = 0; j < kPlanIdsPerThread; ++j) {
+    const int64_t i = threadIdx.x + int64_t(j) * kPlanThreads;
+    if (i >= num_pairs) break;
+    const int32_t e = ids[j];
+    const int local = e - p.expert_begin;
+    int32_t row = -1;
+    if (e >= 0 && e < p.num_experts && local >= 0 && local < num_local) {
+      row = atomicAdd(&smem_counts[local], 1);
+      p.ws.row_pair[row] = int32_t(i);
+    }
+    p.ws.pair_row[i] = row;
+  }
 }
 
 // The plan over kPlanCtas CTAs (from kPlanMultiMinPairs pairs: one CTA's shared-memory atomics took
@@ -194,9 +243,9 @@ __global__ void __launch_bounds__(kPlanThreads) plan_scan_kernel(PermuteParams p
     else bad_ids = sum;
   }
   __syncthreads();
-  plan_scan(p, smem_counts, bad_ids);
+  const int32_t tiles = plan_scan(p, smem_counts, bad_ids);
+  zero_tile_done(p, tiles);
   __syncthreads();
-  zero_tile_done(p);
   // Each CTA's first row in each expert's segment: the segment start plus the earlier CTAs' counts.
   // (16 counts loaded before any store: one at a time, each load waited behind the previous store.)
   static_assert(kPlanCtas % 16 == 0, "the per-CTA rows go 16 CTAs at a time");
@@ -247,25 +296,36 @@ __global__ void __launch_bounds__(kRowThreads) permute_kernel(PermuteParams p) {
   const int64_t pair = blockIdx.x;
   const int64_t t = pair / p.top_k;
   const int64_t H = p.hidden_size;
+  const int64_t x_blocks = p.layout.x_k / 16;
+  const int64_t first = int64_t(blockIdx.y) * blockDim.x + threadIdx.x, step = int64_t(gridDim.y) * blockDim.x;
+  // The token's first 16-element block of this thread, loaded before the wait: the hidden rows are
+  // the forward's input, complete before its first kernel started (PermuteParams::plan_is_first).
+  uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
+  if (first < x_blocks && first * 16 < H) {
+    const uint4* src = reinterpret_cast<const uint4*>(p.hidden + t * H + first * 16);
+    lo = src[0], hi = src[1];
+  }
   pdl_launch_dependents();
   pdl_wait();  // the plan's rows
   FP4MOE_TRACE_WAITED();
+  // (All three loaded together; only the row decides.)
   const int32_t row = p.ws.pair_row[pair];
-  if (row < 0) return;
-  const int local = p.ws.topk_ids[pair] - p.expert_begin;
+  const int32_t id = p.ws.topk_ids[pair];
   const float weight = p.ws.topk_weights[pair];
+  if (row < 0) return;
+  const int local = id - p.expert_begin;
   // The row's router weight, for GEMM2's epilogue (one load there instead of two dependent ones; in
   // the plan, one CTA, these stores and their loads took it from 84 to 147 us at DeepSeek-R1 T=8192).
   if (blockIdx.y == 0 && threadIdx.x == 0) p.ws.row_weight[row] = weight;
   const float gs = p.w4a4 ? p.a1_gs[local] : 1.0f;
-  const int64_t x_blocks = p.layout.x_k / 16;
-  const int64_t first = int64_t(blockIdx.y) * blockDim.x + threadIdx.x, step = int64_t(gridDim.y) * blockDim.x;
   for (int64_t b = first; b < x_blocks; b += step) {
     uint32_t out[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     if (b * 16 < H) {
+      if (b != first) {
+        const uint4* src = reinterpret_cast<const uint4*>(p.hidden + t * H + b * 16);
+        lo = src[0], hi = src[1];
+      }
       float u[16];
-      const uint4* src = reinterpret_cast<const uint4*>(p.hidden + t * H + b * 16);
-      const uint4 lo = src[0], hi = src[1];
       const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
@@ -337,9 +397,12 @@ Status launch_plan(const PermuteParams& p, cudaStream_t stream) {
   if (p.tile_tokens <= 0 || p.tail_rows < 0 || (p.tail_rows > 0 && p.tail_rows >= p.tile_tokens))
     return internal_error("plan: tile_tokens ", p.tile_tokens, " with tail_rows ", p.tail_rows);
   const size_t smem = sizeof(int32_t) * size_t(p.num_local_experts);
+  // (The forward's first kernel when it has no routing kernel: no programmatic dependent launch.)
+  const bool pdl = !p.plan_is_first;
   if (p.num_tokens * p.top_k < kPlanMultiMinPairs)
-    return launch_pdl(plan_kernel, dim3(1), dim3(kPlanThreads), smem, stream, p);
-  FP4MOE_RETURN_IF_ERROR(launch_pdl(plan_count_kernel, dim3(kPlanCtas), dim3(kPlanThreads), smem, stream, p));
+    return launch_maybe_pdl(pdl, plan_kernel, dim3(1), dim3(kPlanThreads), smem, stream, p);
+  FP4MOE_RETURN_IF_ERROR(
+      launch_maybe_pdl(pdl, plan_count_kernel, dim3(kPlanCtas), dim3(kPlanThreads), smem, stream, p));
   FP4MOE_RETURN_IF_ERROR(launch_pdl(plan_scan_kernel, dim3(1), dim3(kPlanThreads), smem, stream, p));
   return launch_pdl(plan_assign_kernel, dim3(kPlanCtas), dim3(kPlanThreads), smem, stream, p);
 }

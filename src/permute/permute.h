@@ -39,6 +39,11 @@ struct PermuteParams {
   // weight applied; ForwardArgs::hidden_prequantized): the permute copies them unchanged.
   bool prequantized = false;
   const float* a1_gs = nullptr;  // [E_local]
+  // No routing kernel ran before the plan (precomputed routing): the plan is the forward's first
+  // kernel and is launched without programmatic dependent launch. Either way the first kernel waits
+  // for the caller's stream, so the later kernels may read the forward's inputs (hidden) before
+  // their pdl_wait().
+  bool plan_is_first = false;
   WorkspaceLayout layout;
   WorkspacePtrs ws;
 };

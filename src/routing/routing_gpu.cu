@@ -15,7 +15,10 @@
 
 #include "fp4moe/numerics.h"
 #include "fp4moe/routing.h"
+#include "src/common/pdl.h"
+#include "src/common/trace.h"
 #include "src/routing/det_math.h"
+#include "src/routing/routing_gpu.h"
 
 namespace fp4moe {
 namespace routing {
@@ -40,6 +43,7 @@ struct RoutingParams {
   int num_groups;
   int topk_groups;
   float routed_scaling_factor;
+  unsigned long long* trace;  // the forward's trace words (trace builds), or null
 };
 
 template <RoutingMethod kMethod, int kSlots>
@@ -104,6 +108,10 @@ template <RoutingMethod kMethod, typename LogitT, int kSlots>
 __global__ void __launch_bounds__(RoutingTraits<kMethod, kSlots>::kThreadsPerBlock)
     route_kernel(const RoutingParams params) {
   using Traits = RoutingTraits<kMethod, kSlots>;
+  FP4MOE_TRACE_CTA(params.trace, kTraceRoute);
+  // Launched normally (the forward's first kernel), so its inputs are complete; the plan may be
+  // scheduled now and run its prologue (it waits for this grid in its pdl_wait()).
+  pdl_launch_dependents();
 
   // Shared memory (DeepSeek-V3 only): per warp, biased score per expert and score per group.
   __shared__ float smem_biased[Traits::kWarpsPerBlock][Traits::kScratchFloats];
@@ -311,6 +319,11 @@ Status dispatch_logits(const RoutingParams& params, LogitsType logits_type, cuda
 }  // namespace routing
 
 Status route_gpu(const RoutingConfig& config, const RoutingArgs& args, cudaStream_t stream) {
+  return route_gpu(config, args, stream, nullptr);
+}
+
+Status route_gpu(const RoutingConfig& config, const RoutingArgs& args, cudaStream_t stream,
+                 unsigned long long* trace) {
   FP4MOE_RETURN_IF_ERROR(routing::validate_args(config, args));
   if (args.num_tokens == 0) return Status::Ok();
 
@@ -326,6 +339,7 @@ Status route_gpu(const RoutingConfig& config, const RoutingArgs& args, cudaStrea
   params.num_groups = config.num_groups;
   params.topk_groups = config.topk_groups;
   params.routed_scaling_factor = config.routed_scaling_factor;
+  params.trace = trace;
 
   switch (config.method) {
     case RoutingMethod::kSoftmaxTopK:
