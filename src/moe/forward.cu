@@ -329,10 +329,11 @@ Status MoeLayer::forward(const ForwardArgs& a, void* workspace, size_t workspace
     r.topk_ids = ws.topk_ids;
     r.topk_weights = ws.topk_weights;
 #if FP4MOE_TRACE
-    FP4MOE_RETURN_IF_ERROR(route_gpu(p.routing, r, stream, ws.trace));
+    unsigned long long* trace = ws.trace;
 #else
-    FP4MOE_RETURN_IF_ERROR(route_gpu(p.routing, r, stream));
+    unsigned long long* trace = nullptr;
 #endif
+    FP4MOE_RETURN_IF_ERROR(route_gpu_in_forward(p.routing, r, stream, /*start_dependents=*/true, trace));
   } else if (T > 0) {
     // Precomputed routing is read in place.
     ws.topk_ids = const_cast<int32_t*>(a.topk_ids);

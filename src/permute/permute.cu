@@ -308,7 +308,8 @@ __global__ void __launch_bounds__(kRowThreads) permute_kernel(PermuteParams p) {
   pdl_launch_dependents();
   pdl_wait();  // the plan's rows
   FP4MOE_TRACE_WAITED();
-  // (All three loaded together; only the row decides.)
+  // (All three loaded together; only the row decides. A pair of another expert shard has loaded a
+  // hidden block for nothing: a few KB at the token counts where it matters.)
   const int32_t row = p.ws.pair_row[pair];
   const int32_t id = p.ws.topk_ids[pair];
   const float weight = p.ws.topk_weights[pair];

@@ -43,6 +43,7 @@ struct RoutingParams {
   int num_groups;
   int topk_groups;
   float routed_scaling_factor;
+  bool start_dependents;      // griddepcontrol.launch_dependents at the start (the forward's plan)
   unsigned long long* trace;  // the forward's trace words (trace builds), or null
 };
 
@@ -109,9 +110,10 @@ __global__ void __launch_bounds__(RoutingTraits<kMethod, kSlots>::kThreadsPerBlo
     route_kernel(const RoutingParams params) {
   using Traits = RoutingTraits<kMethod, kSlots>;
   FP4MOE_TRACE_CTA(params.trace, kTraceRoute);
-  // Launched normally (the forward's first kernel), so its inputs are complete; the plan may be
-  // scheduled now and run its prologue (it waits for this grid in its pdl_wait()).
-  pdl_launch_dependents();
+  // In a forward (launched normally, its first kernel): the plan may be scheduled now and run its
+  // prologue; it waits for this grid in its pdl_wait(). Not for route_gpu's own callers, whose next
+  // kernel is theirs.
+  if (params.start_dependents) pdl_launch_dependents();
 
   // Shared memory (DeepSeek-V3 only): per warp, biased score per expert and score per group.
   __shared__ float smem_biased[Traits::kWarpsPerBlock][Traits::kScratchFloats];
@@ -319,11 +321,11 @@ Status dispatch_logits(const RoutingParams& params, LogitsType logits_type, cuda
 }  // namespace routing
 
 Status route_gpu(const RoutingConfig& config, const RoutingArgs& args, cudaStream_t stream) {
-  return route_gpu(config, args, stream, nullptr);
+  return route_gpu_in_forward(config, args, stream, false, nullptr);
 }
 
-Status route_gpu(const RoutingConfig& config, const RoutingArgs& args, cudaStream_t stream,
-                 unsigned long long* trace) {
+Status route_gpu_in_forward(const RoutingConfig& config, const RoutingArgs& args, cudaStream_t stream,
+                            bool start_dependents, unsigned long long* trace) {
   FP4MOE_RETURN_IF_ERROR(routing::validate_args(config, args));
   if (args.num_tokens == 0) return Status::Ok();
 
@@ -339,6 +341,7 @@ Status route_gpu(const RoutingConfig& config, const RoutingArgs& args, cudaStrea
   params.num_groups = config.num_groups;
   params.topk_groups = config.topk_groups;
   params.routed_scaling_factor = config.routed_scaling_factor;
+  params.start_dependents = start_dependents;
   params.trace = trace;
 
   switch (config.method) {
