@@ -680,18 +680,25 @@ TEST(MoeGpu, GemmOverlapGivesTheSameBitsAlsoBackToBack) {
 // tail-tile prefixes and the bad-id count exactly; every local pair a distinct row inside its
 // expert's segment, row_pair its inverse, -1 for the others. Random ids over an expert-parallel
 // shard (local experts 40..199 of 256), with bad ids, on a workspace poisoned with 0xFF.
-TEST(MoeGpu, PlanOnOneAndManyCtasMatchesTheHostPlan) {
+TEST(MoeGpu, PlanOnOneAndManyCtasAndWithThePermuteMatchesTheHostPlan) {
   FP4MOE_REQUIRE_GPU();
   const int E = 256, K = 8, expert_begin = 40, E_local = 160, tile = 128, tail_rows = 32;
   auto rng = make_rng(testing::test_seed() + 53);
-  for (int64_t T : {int64_t(37), int64_t(1024), kPlanMultiMinPairs / K - 1, kPlanMultiMinPairs / K, int64_t(9000)}) {
+  // T = 1..8: at most 64 pairs, the plan and the permute in one kernel (launch_plan_and_permute),
+  // whose rows follow the pair order within each segment.
+  for (int64_t T : {int64_t(1), int64_t(3), int64_t(8), int64_t(37), int64_t(1024), kPlanMultiMinPairs / K - 1,
+                    kPlanMultiMinPairs / K, int64_t(9000)}) {
     const int64_t pairs = T * K;
+    const bool fused = pairs <= 64;
     const WorkspaceLayout l = WorkspaceLayout::make(T, K, E_local, 256, 128);
     DeviceBuffer<char> ws(l.total);
+    DeviceBuffer<uint16_t> hidden(size_t(T) * 256);
+    CUDA_ASSERT(cudaMemset(hidden.get(), 0, 2 * size_t(T) * 256));
     std::vector<int32_t> ids(static_cast<size_t>(pairs));
     std::uniform_int_distribution<int> pick(0, E - 1);
     for (auto& id : ids) id = pick(rng);
-    for (int64_t i = 0; i < pairs; i += 997) ids[size_t(i)] = i % 2 ? -3 : E;  // bad ids
+    for (int64_t i = fused ? 1 : 0; i < pairs; i += fused ? 5 : 997) ids[size_t(i)] = i % 2 ? -3 : E;  // bad ids
+    if (fused && pairs > 2) ids[2] = ids[0] = expert_begin + 7;  // two pairs of one expert
     CUDA_ASSERT(cudaMemcpy(ws.get() + l.topk_ids, ids.data(), 4 * ids.size(), cudaMemcpyHostToDevice));
     PermuteParams pp;
     pp.num_tokens = T;
@@ -703,7 +710,15 @@ TEST(MoeGpu, PlanOnOneAndManyCtasMatchesTheHostPlan) {
     pp.tail_rows = tail_rows;
     pp.layout = l;
     pp.ws = WorkspacePtrs::from(ws.get(), l);
-    ASSERT_OK(launch_plan(pp, nullptr));
+    pp.hidden = hidden.get();
+    pp.hidden_size = 256;
+    pp.inter_local = 128;
+    pp.plan_is_first = true;
+    if (fused) {
+      ASSERT_OK(launch_plan_and_permute(pp, nullptr));
+    } else {
+      ASSERT_OK(launch_plan(pp, nullptr));
+    }
     CUDA_ASSERT(cudaDeviceSynchronize());
     auto download = [&](size_t offset, size_t n) {
       std::vector<int32_t> v(n);
@@ -720,7 +735,8 @@ TEST(MoeGpu, PlanOnOneAndManyCtasMatchesTheHostPlan) {
       if (id < 0 || id >= E) ++bad;
       else if (id >= expert_begin && id < expert_begin + E_local) ++want[size_t(id - expert_begin)];
     }
-    const std::string what = "T=" + std::to_string(T) + (pairs >= kPlanMultiMinPairs ? " (many CTAs)" : " (one CTA)");
+    const std::string what = "T=" + std::to_string(T) +
+                             (fused ? " (with the permute)" : pairs >= kPlanMultiMinPairs ? " (many CTAs)" : " (one CTA)");
     int32_t row = 0, tile_n = 0, tail_n = 0;
     for (int e = 0; e < E_local; ++e) {
       const int32_t c = want[size_t(e)];
@@ -749,6 +765,9 @@ TEST(MoeGpu, PlanOnOneAndManyCtasMatchesTheHostPlan) {
       ASSERT_GE(r, seg[size_t(e)]) << what << " pair " << i;
       ASSERT_LT(r, seg[size_t(e)] + want[size_t(e)]) << what << " pair " << i;
       ASSERT_FALSE(taken[size_t(r)]) << what << " row " << r << " given twice";
+      if (fused) {
+        ASSERT_EQ(r, seg[size_t(e)] + used[size_t(e)]) << what << " pair " << i << ": not in pair order";
+      }
       taken[size_t(r)] = 1;
       ASSERT_EQ(row_pair[size_t(r)], i) << what << " row " << r;
       ++used[size_t(e)];

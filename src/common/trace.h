@@ -17,6 +17,7 @@ enum TraceKernel : int {
   kTracePlanCount,   // the multi-CTA plan's three launches
   kTracePlanScan,
   kTracePlanAssign,
+  kTracePlanPermute, // the plan and the permute in one kernel (few routed pairs)
   kTracePermute,
   kTraceGemm1,
   kTraceGemm1Tail,
@@ -26,7 +27,7 @@ enum TraceKernel : int {
   kTraceKernels
 };
 inline constexpr const char* kTraceKernelNames[kTraceKernels] = {
-    "route", "plan", "plan_count", "plan_scan", "plan_assign", "permute", "gemm1", "gemm1_tail", "gemm2", "gemm2_tail",
+    "route", "plan", "plan_count", "plan_scan", "plan_assign", "plan_permute", "permute", "gemm1", "gemm1_tail", "gemm2", "gemm2_tail",
     "finalize"};
 // Words per kernel, all maxima so that a zeroed buffer is an empty trace: ~(first start),
 // ~(first wait return), last wait return, last end. A kernel that did not run keeps zeros.

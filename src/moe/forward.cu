@@ -363,9 +363,8 @@ Status MoeLayer::forward(const ForwardArgs& a, void* workspace, size_t workspace
   pp.layout = m.ws_layout;
   pp.ws = ws;
   pp.plan_is_first = !(a.router_logits && T > 0);
-  FP4MOE_RETURN_IF_ERROR(launch_plan(pp, stream));
+  FP4MOE_RETURN_IF_ERROR(launch_plan_and_permute(pp, stream));
   if (T == 0) return Status::Ok();
-  FP4MOE_RETURN_IF_ERROR(launch_permute(pp, stream));
 
   MoeGemmParams g;
   g.layout = m.ws_layout;

@@ -287,6 +287,37 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return uint32_t(float_to_bf16(lo)) | (uint32_t(float_to_bf16(hi)) << 16);
 }
 
+// One 16-element block of a GEMM1 input row from the token's bf16 block (lo, hi): scaled by the
+// router weight for Llama-4, NVFP4 fake-quantized in w4a4 mode. Prequantized rows (w4a4, quantized
+// by the parallel dispatch with the layer's input scale and the router weight applied) are what the
+// two steps would produce: copied unchanged.
+__device__ __forceinline__ void permute_block(const PermuteParams& p, uint4 lo, uint4 hi, float weight, float gs,
+                                              uint32_t (&out)[8]) {
+  float u[16];
+  const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    u[2 * i] = bf16_to_float(uint16_t(w[i] & 0xffff));
+    u[2 * i + 1] = bf16_to_float(uint16_t(w[i] >> 16));
+  }
+  if (p.weight_on_input && !p.prequantized) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) u[i] = bf16_to_float(float_to_bf16(mul_rn(u[i], weight)));
+  }
+  if (p.w4a4 && !p.prequantized) detail::fake_quantize_nvfp4_block_kernel(u, gs);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) out[i] = pack_bf16x2(u[2 * i], u[2 * i + 1]);
+}
+
+// Zeroes the intermediate's K padding of a row (GEMM1 writes only the first inter_local columns),
+// the blocks first, first + step, ... of it.
+__device__ __forceinline__ void zero_h_padding(const PermuteParams& p, int32_t row, int64_t first, int64_t step) {
+  for (int64_t b = p.inter_local / 16 + first; b < p.layout.h_k / 16; b += step) {
+    store_piece(p.ws.h, row, b * 16, p.layout.rows_cap, make_uint4(0, 0, 0, 0));
+    store_piece(p.ws.h, row, b * 16 + 8, p.layout.rows_cap, make_uint4(0, 0, 0, 0));
+  }
+}
+
 // A CTA per routed (token, slot) pair, and for up to 256 pairs per range of kRowThreads 16-element
 // column blocks (blockIdx.y), so that a few tokens still spread over many SMs (one CTA per pair
 // took 6.2 us at DeepSeek-R1 T=1, three dependent loads per thread); each thread owns 16-element
@@ -326,31 +357,156 @@ __global__ void __launch_bounds__(kRowThreads) permute_kernel(PermuteParams p) {
         const uint4* src = reinterpret_cast<const uint4*>(p.hidden + t * H + b * 16);
         lo = src[0], hi = src[1];
       }
-      float u[16];
-      const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        u[2 * i] = bf16_to_float(uint16_t(w[i] & 0xffff));
-        u[2 * i + 1] = bf16_to_float(uint16_t(w[i] >> 16));
-      }
-      // Prequantized rows (w4a4, quantized by the parallel dispatch with the layer's input scale and
-      // the router weight applied) are what the two steps below would produce: copied unchanged.
-      if (p.weight_on_input && !p.prequantized) {
-#pragma unroll
-        for (int i = 0; i < 16; ++i) u[i] = bf16_to_float(float_to_bf16(mul_rn(u[i], weight)));
-      }
-      if (p.w4a4 && !p.prequantized) detail::fake_quantize_nvfp4_block_kernel(u, gs);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) out[i] = pack_bf16x2(u[2 * i], u[2 * i + 1]);
+      permute_block(p, lo, hi, weight, gs, out);
     }
     store_piece(p.ws.x, row, b * 16, p.layout.rows_cap, make_uint4(out[0], out[1], out[2], out[3]));
     store_piece(p.ws.x, row, b * 16 + 8, p.layout.rows_cap, make_uint4(out[4], out[5], out[6], out[7]));
   }
-  // Zero the intermediate's K padding (GEMM1 writes only the first inter_local columns).
-  for (int64_t b = p.inter_local / 16 + first; b < p.layout.h_k / 16; b += step) {
-    store_piece(p.ws.h, row, b * 16, p.layout.rows_cap, make_uint4(0, 0, 0, 0));
-    store_piece(p.ws.h, row, b * 16 + 8, p.layout.rows_cap, make_uint4(0, 0, 0, 0));
+  zero_h_padding(p, row, first, step);
+}
+
+// The plan and the permute in one kernel, for at most kPlanPermuteMaxPairs routed pairs (decode):
+// the permute's grid (a CTA per pair and column range), each CTA computing the plan of all pairs
+// itself (they are few) and the row of its own pair; CTA (0, 0) writes the plan's tables, CTA
+// (pair, 0) the pair's pair_row and row_pair. Rows within an expert's segment follow the pair order
+// (every CTA must agree without atomics). One kernel and one dependency hop less than plan_kernel
+// then permute_kernel, which is most of what separates a T=1 forward's GEMMs from its start.
+// Shared memory: E_local counters.
+constexpr int kPlanPermuteMaxPairs = 64;
+constexpr int kPlanPermuteExpertsPerThread = 4;
+static_assert(kPlanPermuteMaxPairs <= kRowThreads, "plan_permute: a thread per pair");
+static_assert(routing::kMaxExperts <= kPlanPermuteExpertsPerThread * kRowThreads,
+              "plan_permute: every local expert in a thread");
+
+__global__ void __launch_bounds__(kRowThreads) plan_permute_kernel(PermuteParams p) {
+  FP4MOE_TRACE_CTA(p.ws.trace, kTracePlanPermute);
+  extern __shared__ int32_t smem_first[];  // [E_local]: counts, then each expert's first row
+  __shared__ int32_t ids[kPlanPermuteMaxPairs];
+  __shared__ int32_t warp_sums[3][kRowThreads / 32];
+  __shared__ int32_t bad_ids;
+  const int64_t pair = blockIdx.x;
+  const int64_t t = pair / p.top_k;
+  const int64_t H = p.hidden_size;
+  const int num_local = p.num_local_experts;
+  const int num_pairs = int(p.num_tokens * p.top_k);
+  const bool tables = blockIdx.x == 0 && blockIdx.y == 0;
+  const int64_t x_blocks = p.layout.x_k / 16;
+  const int64_t first = int64_t(blockIdx.y) * blockDim.x + threadIdx.x, step = int64_t(gridDim.y) * blockDim.x;
+  // The token's first 16-element block, before the wait (PermuteParams::plan_is_first).
+  uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
+  if (first < x_blocks && first * 16 < H) {
+    const uint4* src = reinterpret_cast<const uint4*>(p.hidden + t * H + first * 16);
+    lo = src[0], hi = src[1];
   }
+  for (int e = threadIdx.x; e < num_local; e += blockDim.x) smem_first[e] = 0;
+  if (threadIdx.x == 0) bad_ids = 0;
+  pdl_launch_dependents();
+  pdl_wait();  // the routing output
+  FP4MOE_TRACE_WAITED();
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  int32_t my_id = -1;
+  if (tid < num_pairs) ids[tid] = my_id = __ldcg(p.ws.topk_ids + tid);
+  const float weight = p.ws.topk_weights[pair];
+  if (tables) {
+    for (int i = tid; i < p.layout.split_counters; i += blockDim.x) p.ws.split_count[i] = 0;
+  }
+  __syncthreads();
+  if (tid < num_pairs) {
+    if (my_id < 0 || my_id >= p.num_experts) atomicAdd(&bad_ids, 1);
+    else if (my_id - p.expert_begin >= 0 && my_id - p.expert_begin < num_local)
+      atomicAdd(&smem_first[my_id - p.expert_begin], 1);
+  }
+  __syncthreads();
+  // The scan of plan_scan, a thread per kPlanPermuteExpertsPerThread consecutive experts.
+  const int e0 = tid * kPlanPermuteExpertsPerThread;
+  int32_t count[kPlanPermuteExpertsPerThread], rows[kPlanPermuteExpertsPerThread];
+  int32_t tiles[kPlanPermuteExpertsPerThread], tail[kPlanPermuteExpertsPerThread];
+  int32_t rows_sum = 0, tiles_sum = 0, tails_sum = 0;
+#pragma unroll
+  for (int q = 0; q < kPlanPermuteExpertsPerThread; ++q) {
+    count[q] = e0 + q < num_local ? smem_first[e0 + q] : 0;
+    rows[q] = (count[q] + 7) / 8 * 8;
+    const int32_t rest = count[q] % p.tile_tokens;
+    tail[q] = count[q] > p.tile_tokens && rest > 0 && rest <= p.tail_rows ? 1 : 0;
+    tiles[q] = (count[q] + p.tile_tokens - 1) / p.tile_tokens - tail[q];
+    rows_sum += rows[q], tiles_sum += tiles[q], tails_sum += tail[q];
+  }
+  int32_t rows_incl = rows_sum, tiles_incl = tiles_sum, tails_incl = tails_sum;
+#pragma unroll
+  for (int d = 1; d < 32; d *= 2) {
+    const int32_t r = __shfl_up_sync(0xffffffffu, rows_incl, d);
+    const int32_t u = __shfl_up_sync(0xffffffffu, tiles_incl, d);
+    const int32_t v = __shfl_up_sync(0xffffffffu, tails_incl, d);
+    if (lane >= d) rows_incl += r, tiles_incl += u, tails_incl += v;
+  }
+  if (lane == 31) {
+    warp_sums[0][warp] = rows_incl;
+    warp_sums[1][warp] = tiles_incl;
+    warp_sums[2][warp] = tails_incl;
+  }
+  __syncthreads();
+  int32_t row_base = 0, tile_base = 0, tail_base = 0, row_total = 0, tile_total = 0, tail_total = 0;
+#pragma unroll
+  for (int w = 0; w < kRowThreads / 32; ++w) {
+    if (w < warp) row_base += warp_sums[0][w], tile_base += warp_sums[1][w], tail_base += warp_sums[2][w];
+    row_total += warp_sums[0][w], tile_total += warp_sums[1][w], tail_total += warp_sums[2][w];
+  }
+  int32_t row_at = row_base + rows_incl - rows_sum, tile_at = tile_base + tiles_incl - tiles_sum;
+  int32_t tail_at = tail_base + tails_incl - tails_sum;
+#pragma unroll
+  for (int q = 0; q < kPlanPermuteExpertsPerThread; ++q) {
+    const int e = e0 + q;
+    if (e < num_local) {
+      smem_first[e] = row_at;  // from here on: expert e's first row
+      if (tables) {
+        p.ws.counts[e] = count[q];
+        p.ws.seg_start[e] = row_at;
+        p.ws.tile_start[e] = tile_at;
+        p.ws.tail_start[e] = tail_at;
+      }
+    }
+    row_at += rows[q], tile_at += tiles[q], tail_at += tail[q];
+  }
+  if (tables) {
+    if (tid == 0) {
+      p.ws.seg_start[num_local] = row_total;
+      p.ws.tile_start[num_local] = tile_total;
+      p.ws.tail_start[num_local] = tail_total;
+      p.ws.counts[num_local] = bad_ids;  // read by MoeLayer::check_device_errors()
+    }
+    zero_tile_done(p, tile_total);
+  }
+  __syncthreads();
+  // This CTA's pair's row: its expert's first row plus the earlier pairs of that expert.
+  const int32_t id = ids[pair];
+  const int local = id - p.expert_begin;
+  int32_t row = -1;
+  if (id >= 0 && id < p.num_experts && local >= 0 && local < num_local) {
+    row = smem_first[local];
+    for (int j = 0; j < int(pair); ++j) row += ids[j] == id;
+  }
+  if (blockIdx.y == 0 && tid == 0) {
+    p.ws.pair_row[pair] = row;
+    if (row >= 0) {
+      p.ws.row_pair[row] = int32_t(pair);
+      p.ws.row_weight[row] = weight;  // for GEMM2's epilogue, as permute_kernel
+    }
+  }
+  if (row < 0) return;
+  const float gs = p.w4a4 ? p.a1_gs[local] : 1.0f;
+  for (int64_t b = first; b < x_blocks; b += step) {
+    uint32_t out[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (b * 16 < H) {
+      if (b != first) {
+        const uint4* src = reinterpret_cast<const uint4*>(p.hidden + t * H + b * 16);
+        lo = src[0], hi = src[1];
+      }
+      permute_block(p, lo, hi, weight, gs, out);
+    }
+    store_piece(p.ws.x, row, b * 16, p.layout.rows_cap, make_uint4(out[0], out[1], out[2], out[3]));
+    store_piece(p.ws.x, row, b * 16 + 8, p.layout.rows_cap, make_uint4(out[4], out[5], out[6], out[7]));
+  }
+  zero_h_padding(p, row, first, step);
 }
 
 // A CTA per (token, kFinalizeColumns columns), so that a few tokens still spread over many SMs (one
@@ -415,6 +571,20 @@ Status launch_permute(const PermuteParams& p, cudaStream_t stream) {
   const int64_t ranges = (p.layout.x_k / 16 + kRowThreads - 1) / kRowThreads;
   const unsigned y = unsigned(pairs <= 256 ? std::max<int64_t>(ranges, 1) : 1);
   return launch_pdl(permute_kernel, dim3(unsigned(pairs), y), dim3(kRowThreads), 0, stream, p);
+}
+
+Status launch_plan_and_permute(const PermuteParams& p, cudaStream_t stream) {
+  const int64_t pairs = p.num_tokens * p.top_k;
+  if (pairs == 0 || pairs > kPlanPermuteMaxPairs) {
+    FP4MOE_RETURN_IF_ERROR(launch_plan(p, stream));
+    return launch_permute(p, stream);
+  }
+  if (p.tile_tokens <= 0 || p.tail_rows < 0 || (p.tail_rows > 0 && p.tail_rows >= p.tile_tokens))
+    return internal_error("plan: tile_tokens ", p.tile_tokens, " with tail_rows ", p.tail_rows);
+  const int64_t ranges = (p.layout.x_k / 16 + kRowThreads - 1) / kRowThreads;
+  const size_t smem = sizeof(int32_t) * size_t(p.num_local_experts);
+  return launch_maybe_pdl(!p.plan_is_first, plan_permute_kernel, dim3(unsigned(pairs), unsigned(std::max<int64_t>(ranges, 1))),
+                          dim3(kRowThreads), smem, stream, p);
 }
 
 Status launch_finalize(const PermuteParams& p, uint16_t* out, cudaStream_t stream) {
