@@ -682,97 +682,114 @@ TEST(MoeGpu, GemmOverlapGivesTheSameBitsAlsoBackToBack) {
 // shard (local experts 40..199 of 256), with bad ids, on a workspace poisoned with 0xFF.
 TEST(MoeGpu, PlanOnOneAndManyCtasAndWithThePermuteMatchesTheHostPlan) {
   FP4MOE_REQUIRE_GPU();
-  const int E = 256, K = 8, expert_begin = 40, E_local = 160, tile = 128, tail_rows = 32;
+  const int K = 8, tile = 128, tail_rows = 32, H = 2048;
   auto rng = make_rng(testing::test_seed() + 53);
-  // T = 1..8: at most 64 pairs, the plan and the permute in one kernel (launch_plan_and_permute),
-  // whose rows follow the pair order within each segment.
-  for (int64_t T : {int64_t(1), int64_t(3), int64_t(8), int64_t(37), int64_t(1024), kPlanMultiMinPairs / K - 1,
-                    kPlanMultiMinPairs / K, int64_t(9000)}) {
-    const int64_t pairs = T * K;
-    const bool fused = pairs <= 64;
-    const WorkspaceLayout l = WorkspaceLayout::make(T, K, E_local, 256, 128);
-    DeviceBuffer<char> ws(l.total);
-    DeviceBuffer<uint16_t> hidden(size_t(T) * 256);
-    CUDA_ASSERT(cudaMemset(hidden.get(), 0, 2 * size_t(T) * 256));
-    std::vector<int32_t> ids(static_cast<size_t>(pairs));
-    std::uniform_int_distribution<int> pick(0, E - 1);
-    for (auto& id : ids) id = pick(rng);
-    for (int64_t i = fused ? 1 : 0; i < pairs; i += fused ? 5 : 997) ids[size_t(i)] = i % 2 ? -3 : E;  // bad ids
-    if (fused && pairs > 2) ids[2] = ids[0] = expert_begin + 7;  // two pairs of one expert
-    CUDA_ASSERT(cudaMemcpy(ws.get() + l.topk_ids, ids.data(), 4 * ids.size(), cudaMemcpyHostToDevice));
-    PermuteParams pp;
-    pp.num_tokens = T;
-    pp.top_k = K;
-    pp.num_experts = E;
-    pp.expert_begin = expert_begin;
-    pp.num_local_experts = E_local;
-    pp.tile_tokens = tile;
-    pp.tail_rows = tail_rows;
-    pp.layout = l;
-    pp.ws = WorkspacePtrs::from(ws.get(), l);
-    pp.hidden = hidden.get();
-    pp.hidden_size = 256;
-    pp.inter_local = 128;
-    pp.plan_is_first = true;
-    if (fused) {
-      ASSERT_OK(launch_plan_and_permute(pp, nullptr));
-    } else {
-      ASSERT_OK(launch_plan(pp, nullptr));
-    }
-    CUDA_ASSERT(cudaDeviceSynchronize());
-    auto download = [&](size_t offset, size_t n) {
-      std::vector<int32_t> v(n);
-      EXPECT_EQ(cudaMemcpy(v.data(), ws.get() + offset, 4 * n, cudaMemcpyDeviceToHost), cudaSuccess);
-      return v;
-    };
-    const auto counts = download(l.counts, E_local + 1), seg = download(l.seg_start, E_local + 1);
-    const auto tiles = download(l.tile_start, E_local + 1), tails = download(l.tail_start, E_local + 1);
-    const auto pair_row = download(l.pair_row, size_t(pairs)), row_pair = download(l.row_pair, size_t(l.rows_cap));
-    // The host plan.
-    std::vector<int32_t> want(E_local, 0);
-    int32_t bad = 0;
-    for (int32_t id : ids) {
-      if (id < 0 || id >= E) ++bad;
-      else if (id >= expert_begin && id < expert_begin + E_local) ++want[size_t(id - expert_begin)];
-    }
-    const std::string what = "T=" + std::to_string(T) +
-                             (fused ? " (with the permute)" : pairs >= kPlanMultiMinPairs ? " (many CTAs)" : " (one CTA)");
-    int32_t row = 0, tile_n = 0, tail_n = 0;
-    for (int e = 0; e < E_local; ++e) {
-      const int32_t c = want[size_t(e)];
-      const int32_t tail = c > tile && c % tile > 0 && c % tile <= tail_rows;
-      ASSERT_EQ(counts[size_t(e)], c) << what << " expert " << e;
-      ASSERT_EQ(seg[size_t(e)], row) << what << " expert " << e;
-      ASSERT_EQ(tiles[size_t(e)], tile_n) << what << " expert " << e;
-      ASSERT_EQ(tails[size_t(e)], tail_n) << what << " expert " << e;
-      row += (c + 7) / 8 * 8;
-      tile_n += (c + tile - 1) / tile - tail;
-      tail_n += tail;
-    }
-    EXPECT_EQ(seg[E_local], row) << what;
-    EXPECT_EQ(tiles[E_local], tile_n) << what;
-    EXPECT_EQ(tails[E_local], tail_n) << what;
-    EXPECT_EQ(counts[E_local], bad) << what << ": bad ids";
-    std::vector<int32_t> used(want.size(), 0);
-    std::vector<char> taken(size_t(row), 0);
-    for (int64_t i = 0; i < pairs; ++i) {
-      const int32_t id = ids[size_t(i)], r = pair_row[size_t(i)];
-      if (id < expert_begin || id >= expert_begin + E_local) {
-        ASSERT_EQ(r, -1) << what << " pair " << i;
-        continue;
-      }
-      const int e = id - expert_begin;
-      ASSERT_GE(r, seg[size_t(e)]) << what << " pair " << i;
-      ASSERT_LT(r, seg[size_t(e)] + want[size_t(e)]) << what << " pair " << i;
-      ASSERT_FALSE(taken[size_t(r)]) << what << " row " << r << " given twice";
+  // An expert shard of 160 of 256 experts, and 509 of 512 (every warp of the scans carries).
+  struct Shard {
+    int E, expert_begin, E_local;
+  };
+  for (const Shard shard : {Shard{256, 40, 160}, Shard{512, 3, 509}}) {
+    const int E = shard.E, expert_begin = shard.expert_begin, E_local = shard.E_local;
+    // T = 1..8: at most 64 pairs, the plan and the permute in one kernel (launch_plan_and_permute, a
+    // grid of pairs x 2 column ranges at H = 2048), whose rows follow the pair order in each segment.
+    for (int64_t T : {int64_t(1), int64_t(3), int64_t(8), int64_t(37), int64_t(1024), kPlanMultiMinPairs / K - 1,
+                      kPlanMultiMinPairs / K, int64_t(9000)}) {
+      const int64_t pairs = T * K;
+      const bool fused = pairs <= 64;
+      const WorkspaceLayout l = WorkspaceLayout::make(T, K, E_local, H, 128);
+      DeviceBuffer<char> ws(l.total);
+      CUDA_ASSERT(cudaMemset(ws.get(), 0x7f, l.total));  // (not -1: pair_row of a skipped pair must be written)
+      DeviceBuffer<uint16_t> hidden(size_t(T) * H);
+      CUDA_ASSERT(cudaMemset(hidden.get(), 0, 2 * size_t(T) * H));
+      std::vector<int32_t> ids(static_cast<size_t>(pairs));
+      std::uniform_int_distribution<int> pick(0, E - 1);
+      for (auto& id : ids) id = pick(rng);
+      for (int64_t i = fused ? 1 : 0; i < pairs; i += fused ? 5 : 997) ids[size_t(i)] = i % 2 ? -3 : E;  // bad ids
+      if (fused && pairs > 2) ids[2] = ids[0] = expert_begin + 7;  // two pairs of one expert
+      std::vector<float> weights(ids.size());
+      for (size_t i = 0; i < weights.size(); ++i) weights[i] = 0.25f + float(i);
+      CUDA_ASSERT(cudaMemcpy(ws.get() + l.topk_ids, ids.data(), 4 * ids.size(), cudaMemcpyHostToDevice));
+      CUDA_ASSERT(cudaMemcpy(ws.get() + l.topk_weights, weights.data(), 4 * weights.size(), cudaMemcpyHostToDevice));
+      PermuteParams pp;
+      pp.num_tokens = T;
+      pp.top_k = K;
+      pp.num_experts = E;
+      pp.expert_begin = expert_begin;
+      pp.num_local_experts = E_local;
+      pp.tile_tokens = tile;
+      pp.tail_rows = tail_rows;
+      pp.layout = l;
+      pp.ws = WorkspacePtrs::from(ws.get(), l);
+      pp.hidden = hidden.get();
+      pp.hidden_size = H;
+      pp.inter_local = 128;
+      pp.plan_is_first = true;
       if (fused) {
-        ASSERT_EQ(r, seg[size_t(e)] + used[size_t(e)]) << what << " pair " << i << ": not in pair order";
+        ASSERT_OK(launch_plan_and_permute(pp, nullptr));
+      } else {
+        ASSERT_OK(launch_plan(pp, nullptr));
       }
-      taken[size_t(r)] = 1;
-      ASSERT_EQ(row_pair[size_t(r)], i) << what << " row " << r;
-      ++used[size_t(e)];
+      CUDA_ASSERT(cudaDeviceSynchronize());
+      auto download = [&](size_t offset, size_t n) {
+        std::vector<int32_t> v(n);
+        EXPECT_EQ(cudaMemcpy(v.data(), ws.get() + offset, 4 * n, cudaMemcpyDeviceToHost), cudaSuccess);
+        return v;
+      };
+      const auto counts = download(l.counts, E_local + 1), seg = download(l.seg_start, E_local + 1);
+      const auto tiles = download(l.tile_start, E_local + 1), tails = download(l.tail_start, E_local + 1);
+      const auto pair_row = download(l.pair_row, size_t(pairs)), row_pair = download(l.row_pair, size_t(l.rows_cap));
+      // The host plan.
+      std::vector<int32_t> want(E_local, 0);
+      int32_t bad = 0;
+      for (int32_t id : ids) {
+        if (id < 0 || id >= E) ++bad;
+        else if (id >= expert_begin && id < expert_begin + E_local) ++want[size_t(id - expert_begin)];
+      }
+      const auto row_weight = download(l.row_weight, size_t(l.rows_cap));
+      const std::string what = "E_local=" + std::to_string(E_local) + " T=" + std::to_string(T) +
+                               (fused ? " (with the permute)" : pairs >= kPlanMultiMinPairs ? " (many CTAs)" : " (one CTA)");
+      int32_t row = 0, tile_n = 0, tail_n = 0;
+      for (int e = 0; e < E_local; ++e) {
+        const int32_t c = want[size_t(e)];
+        const int32_t tail = c > tile && c % tile > 0 && c % tile <= tail_rows;
+        ASSERT_EQ(counts[size_t(e)], c) << what << " expert " << e;
+        ASSERT_EQ(seg[size_t(e)], row) << what << " expert " << e;
+        ASSERT_EQ(tiles[size_t(e)], tile_n) << what << " expert " << e;
+        ASSERT_EQ(tails[size_t(e)], tail_n) << what << " expert " << e;
+        row += (c + 7) / 8 * 8;
+        tile_n += (c + tile - 1) / tile - tail;
+        tail_n += tail;
+      }
+      EXPECT_EQ(seg[E_local], row) << what;
+      EXPECT_EQ(tiles[E_local], tile_n) << what;
+      EXPECT_EQ(tails[E_local], tail_n) << what;
+      EXPECT_EQ(counts[E_local], bad) << what << ": bad ids";
+      std::vector<int32_t> used(want.size(), 0);
+      std::vector<char> taken(size_t(row), 0);
+      for (int64_t i = 0; i < pairs; ++i) {
+        const int32_t id = ids[size_t(i)], r = pair_row[size_t(i)];
+        if (id < expert_begin || id >= expert_begin + E_local) {
+          ASSERT_EQ(r, -1) << what << " pair " << i;
+          continue;
+        }
+        const int e = id - expert_begin;
+        ASSERT_GE(r, seg[size_t(e)]) << what << " pair " << i;
+        ASSERT_LT(r, seg[size_t(e)] + want[size_t(e)]) << what << " pair " << i;
+        ASSERT_FALSE(taken[size_t(r)]) << what << " row " << r << " given twice";
+        if (fused) {
+          ASSERT_EQ(r, seg[size_t(e)] + used[size_t(e)]) << what << " pair " << i << ": not in pair order";
+        }
+        taken[size_t(r)] = 1;
+        ASSERT_EQ(row_pair[size_t(r)], i) << what << " row " << r;
+        if (fused) {
+          float w;
+          std::memcpy(&w, &row_weight[size_t(r)], 4);
+          ASSERT_EQ(w, weights[size_t(i)]) << what << " row " << r << ": row_weight";
+        }
+        ++used[size_t(e)];
+      }
+      EXPECT_EQ(used, want) << what;
     }
-    EXPECT_EQ(used, want) << what;
   }
 }
 
