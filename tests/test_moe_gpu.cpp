@@ -690,12 +690,12 @@ TEST(MoeGpu, PlanOnOneAndManyCtasAndWithThePermuteMatchesTheHostPlan) {
   };
   for (const Shard shard : {Shard{256, 40, 160}, Shard{512, 3, 509}}) {
     const int E = shard.E, expert_begin = shard.expert_begin, E_local = shard.E_local;
-    // T = 1..8: at most 64 pairs, the plan and the permute in one kernel (launch_plan_and_permute, a
-    // grid of pairs x 2 column ranges at H = 2048), whose rows follow the pair order in each segment.
-    for (int64_t T : {int64_t(1), int64_t(3), int64_t(8), int64_t(37), int64_t(1024), kPlanMultiMinPairs / K - 1,
-                      kPlanMultiMinPairs / K, int64_t(9000)}) {
+    // T <= kPlanPermuteMaxPairs / K: the plan and the permute in one kernel (launch_plan_and_permute,
+    // a grid of pairs x 2 column ranges at H = 2048), whose rows follow the pair order in each segment.
+    for (int64_t T : {int64_t(1), int64_t(3), kPlanPermuteMaxPairs / K, kPlanPermuteMaxPairs / K + 1, int64_t(37),
+                      int64_t(1024), kPlanMultiMinPairs / K - 1, kPlanMultiMinPairs / K, int64_t(9000)}) {
       const int64_t pairs = T * K;
-      const bool fused = pairs <= 64;
+      const bool fused = pairs <= kPlanPermuteMaxPairs;
       const WorkspaceLayout l = WorkspaceLayout::make(T, K, E_local, H, 128);
       DeviceBuffer<char> ws(l.total);
       CUDA_ASSERT(cudaMemset(ws.get(), 0x7f, l.total));  // (not -1: pair_row of a skipped pair must be written)

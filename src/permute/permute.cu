@@ -372,7 +372,6 @@ __global__ void __launch_bounds__(kRowThreads) permute_kernel(PermuteParams p) {
 // (every CTA must agree without atomics). One kernel and one dependency hop less than plan_kernel
 // then permute_kernel, which is most of what separates a T=1 forward's GEMMs from its start.
 // Shared memory: E_local counters.
-constexpr int kPlanPermuteMaxPairs = 64;
 constexpr int kPlanPermuteExpertsPerThread = 4;
 static_assert(kPlanPermuteMaxPairs <= kRowThreads, "plan_permute: a thread per pair");
 static_assert(routing::kMaxExperts <= kPlanPermuteExpertsPerThread * kRowThreads,
