@@ -521,10 +521,17 @@ __global__ void __launch_bounds__(kRowThreads) finalize_kernel(PermuteParams p, 
   const int K = p.top_k;
   const int64_t c = int64_t(blockIdx.y) * kFinalizeColumns + threadIdx.x * 8;
   __shared__ int32_t rows[kMaxTopK];
+  // The token's rows, loaded before the wait: the plan was complete when the finalize was scheduled
+  // (the sm90 GEMM2 lets it be only after its own wait or, with the overlap, starts after GEMM1's;
+  // the simt GEMMs are launched without PDL), and its writes are read through L2 (ld.cg), as
+  // GEMM2 reads them with the overlap (moe_gemm_sm90.cuh: a hardware assumption, not a PTX
+  // guarantee). The next forward's first kernel waits for this one, so they are still this
+  // forward's.
+  const int32_t my_row = threadIdx.x < K ? __ldcg(p.ws.pair_row + t * K + threadIdx.x) : -1;
   pdl_launch_dependents();
   pdl_wait();  // GEMM2's y
   FP4MOE_TRACE_WAITED();
-  if (threadIdx.x < K) rows[threadIdx.x] = p.ws.pair_row[t * K + threadIdx.x];
+  if (threadIdx.x < K) rows[threadIdx.x] = my_row;
   __syncthreads();
   if (c >= H) return;
   uint4 v[kMaxTopK];
