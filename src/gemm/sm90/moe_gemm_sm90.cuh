@@ -559,14 +559,16 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   // to a grid that executes griddepcontrol.wait, and GEMM2 does not. It reads what the plan and the
   // permute wrote only after they completed (before GEMM1's wait returned, and GEMM1 triggers after
   // it) and only through L2 (ld.cg, ld.acquire, bulk copies), never through L1.
-  // GEMM2 without the overlap lets its dependents (its tail launch, the finalize) be scheduled only
-  // after its wait, so that they too start after the plan is complete: the finalize reads the
-  // plan's pair_row before its own wait (through L2, the same hardware assumption as above).
+  // GEMM2's main launch without the overlap lets its dependent (its tail launch or the finalize) be
+  // scheduled only after its wait, so that everything after it starts after the plan is complete:
+  // the finalize reads the plan's pair_row before its own wait (through L2, the same hardware
+  // assumption as above). A tail launch starts after that already and triggers early.
   if (!(T::kOverlaps && p.overlap)) {
-    if constexpr (T::kGemm1) pdl_launch_dependents();
+    const bool trigger_after_wait = !T::kGemm1 && p.tail_of == 0;
+    if (!trigger_after_wait) pdl_launch_dependents();
     pdl_wait();  // the permuted activations (GEMM1) or the intermediate (GEMM2), and the plan
     FP4MOE_TRACE_WAITED();
-    if constexpr (!T::kGemm1) pdl_launch_dependents();
+    if (trigger_after_wait) pdl_launch_dependents();
   } else if constexpr (T::kGemm1) {
     pdl_wait();
     FP4MOE_TRACE_WAITED();
