@@ -407,9 +407,7 @@ __global__ void __launch_bounds__(kRowThreads) plan_permute_kernel(PermuteParams
   int32_t my_id = -1;
   if (tid < num_pairs) ids[tid] = my_id = __ldcg(p.ws.topk_ids + tid);
   const float weight = p.ws.topk_weights[pair];
-  if (tables) {
-    for (int i = tid; i < p.layout.split_counters; i += blockDim.x) p.ws.split_count[i] = 0;
-  }
+  if (tables) zero_split_counters(p);
   __syncthreads();
   if (tid < num_pairs) {
     if (my_id < 0 || my_id >= p.num_experts) atomicAdd(&bad_ids, 1);
