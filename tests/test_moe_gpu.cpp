@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -427,6 +428,49 @@ TEST(MoeGpu, EveryCompiledSm90ConfigGivesTheSameBits) {
       }
     }
     ASSERT_OK(layer->force_sm90_config(""));
+  }
+}
+
+// The README's promise: a token's output bits do not depend on the rest of the batch. The first
+// tokens of a 300-token batch (BN32 tiles on a 132-SM H200; the plan and the permute apart)
+// forwarded alone (T=1: a decode config, the plan and the permute in one kernel) and with a few
+// more (T=9: 72 routed pairs, past the fused kernel's 64) must give exactly the rows they got in the
+// batch, in both modes.
+TEST(MoeGpu, OutputBitsDoNotDependOnTheBatch) {
+  FP4MOE_REQUIRE_GPU();
+  for (Mode mode : {Mode::kW4A16, Mode::kW4A4}) {
+    MoeProblem full;
+    ASSERT_OK(get_preset("deepseek-r1", &full));
+    MoeProblem p = scaled_preset(full, 16);
+    p.mode = mode;
+    p.max_tokens = 300;
+    const uint64_t seed = testing::test_seed() + 29;
+    LayerOptions opt;
+    opt.path = KernelPath::kSm90;
+    std::unique_ptr<MoeLayer> layer;
+    Status st = MoeLayer::create_dummy(p, seed, opt, &layer);
+    if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.to_string();
+    ASSERT_OK(st);
+    auto rng = make_rng(seed);
+    const int64_t T = 300, H = p.hidden_size, E = p.num_experts();
+    const auto hidden = testing::random_hidden(rng, T, H);
+    const auto logits = testing::random_logits(rng, T, E);
+    GpuRun batch;
+    run_forward(*layer, hidden, logits, T, &batch);
+    ASSERT_FALSE(HasFatalFailure());
+    double norm = 0;
+    for (int64_t i = 0; i < 9 * H; ++i) norm += std::fabs(double(bf16_to_float(batch.out[size_t(i)])));
+    ASSERT_GT(norm, 0.0) << to_string(mode) << ": the batch's first rows are all zero";
+    for (int64_t t : {int64_t(1), int64_t(9)}) {
+      const std::vector<uint16_t> h(hidden.begin(), hidden.begin() + t * H);
+      const std::vector<float> l(logits.begin(), logits.begin() + t * E);
+      GpuRun few;
+      run_forward(*layer, h, l, t, &few);
+      ASSERT_FALSE(HasFatalFailure());
+      for (int64_t r = 0; r < t; ++r)
+        EXPECT_EQ(std::memcmp(few.out.data() + r * H, batch.out.data() + r * H, size_t(H) * 2), 0)
+            << to_string(mode) << ": token " << r << " alone in a batch of " << t << " differs from T=" << T;
+    }
   }
 }
 
