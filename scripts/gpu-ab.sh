@@ -16,7 +16,7 @@ set -u
 out=${OUT:-/tmp/fp4moe-out}/ab
 mkdir -p "$out"
 if [ ! -d gpubin/bin ] && [ -f gpubin/bin.tar.gz ]; then tar -C gpubin -xzf gpubin/bin.tar.gz; fi
-for z in gpubin/*/fp4moe-bench.gz; do if [ -e "$z" ] && [ ! -e "${z%.gz}" ]; then gunzip -k "$z" && chmod +x "${z%.gz}"; fi; done
+bash scripts/gpu-unpack-builds.sh
 head_bin=${FP4MOE_AB_HEAD_BIN:-gpubin/bin/fp4moe-bench} base_bin=${FP4MOE_AB_BASE_BIN:-gpubin/base/fp4moe-bench}
 for b in "$head_bin" "$base_bin"; do
   [ -x "$b" ] || { echo "gpu-ab: $b is missing (stage with FP4MOE_STAGE_BASE=REV scripts/stage-gpu.sh)"; exit 2; }

@@ -22,7 +22,7 @@ mkdir -p "$out"
 # (Unpacked here unless FP4MOE_BIN names binaries already unpacked: scripts/gpu-session.sh runs two of
 # these at once and unpacks once.)
 if [ -z "${FP4MOE_BIN:-}" ] && [ -f gpubin/bin.tar.gz ]; then rm -rf gpubin/bin && tar -C gpubin -xzf gpubin/bin.tar.gz; fi
-for z in gpubin/*/fp4moe-bench.gz; do if [ -e "$z" ] && [ ! -e "${z%.gz}" ]; then gunzip -k "$z" && chmod +x "${z%.gz}"; fi; done
+bash scripts/gpu-unpack-builds.sh
 bin=${FP4MOE_BIN:-gpubin/bin}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 sections=" ${FP4MOE_SECTIONS:-tests bench} "

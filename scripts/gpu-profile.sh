@@ -18,7 +18,7 @@ set -u
 out=${OUT:-/tmp/fp4moe-out}
 mkdir -p "$out"
 if [ ! -d gpubin/bin ] && [ -f gpubin/bin.tar.gz ]; then tar -C gpubin -xzf gpubin/bin.tar.gz; fi
-for z in gpubin/*/fp4moe-bench.gz; do if [ -e "$z" ] && [ ! -e "${z%.gz}" ]; then gunzip -k "$z" && chmod +x "${z%.gz}"; fi; done
+bash scripts/gpu-unpack-builds.sh
 bin=${FP4MOE_BIN:-gpubin/bin}
 preset=$1; shift
 bench_args="--preset $preset --iters 1 --warmup 0 --routing random ${FP4MOE_PROFILE_ARGS:-}"

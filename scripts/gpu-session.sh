@@ -16,7 +16,7 @@ r=$out/r
 mkdir -p "$r/par" "$r/g0" "$r/g1" "$r/py"
 export NCCL_NVLS_ENABLE=0
 [ -f gpubin/bin.tar.gz ] && rm -rf gpubin/bin && tar -C gpubin -xzf gpubin/bin.tar.gz
-for z in gpubin/*/fp4moe-bench.gz; do if [ -e "$z" ] && [ ! -e "${z%.gz}" ]; then gunzip -k "$z" && chmod +x "${z%.gz}"; fi; done
+bash scripts/gpu-unpack-builds.sh
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 t0=$(date +%s)
 step() { echo "[t+$(( $(date +%s) - t0 ))s] $*"; }

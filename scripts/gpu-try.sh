@@ -18,7 +18,7 @@ out=${OUT:-/tmp/fp4moe-out}
 mkdir -p "$out"
 log=$out/try.txt
 [ -d gpubin/bin ] || tar -C gpubin -xzf gpubin/bin.tar.gz
-for z in gpubin/*/fp4moe-bench.gz; do if [ -e "$z" ] && [ ! -e "${z%.gz}" ]; then gunzip -k "$z" && chmod +x "${z%.gz}"; fi; done
+bash scripts/gpu-unpack-builds.sh
 export NCCL_NVLS_ENABLE=0
 status=0
 step() { echo "=== $1 exit $2 ($3 s)" >> "$log"; [ "$2" = 0 ] || status=1; }

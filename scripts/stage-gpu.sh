@@ -15,8 +15,8 @@
 #                           timeline; its times are not for comparison (tracing adds barriers and atomics)
 #   gpubin/NAME/fp4moe-bench  with FP4MOE_STAGE_TRACE_MORE="NAME=REV ..." only: trace builds at other
 #                           commits (e.g. main's timeline next to a branch's)
-# Every build but bin/ is stored as NAME/fp4moe-bench.gz; the GPU scripts (gpu-ab, gpu-check,
-# gpu-profile, gpu-session) unpack it next to itself.
+# Every build but bin/ is stored as NAME/fp4moe-bench.gz; the GPU scripts unpack it next to itself
+# (scripts/gpu-unpack-builds.sh).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bash "$root/scripts/build.sh"
@@ -71,8 +71,7 @@ cp "$root"/build/tests/test_* "$root"/build/tests/fp4moe-make-checkpoint "$root"
 strip --strip-debug "$stage"/bin/* 2>/dev/null || true
 rm -rf "$root/gpubin" && mkdir -p "$root/gpubin"
 tar -C "$stage" -czf "$root/gpubin/bin.tar.gz" bin
-# (the extra builds gzipped, a fifth of their size: scripts/gpu-ab.sh and the other GPU scripts
-# unpack gpubin/*/fp4moe-bench.gz)
+# (the extra builds gzipped, a fifth of their size: scripts/gpu-unpack-builds.sh)
 for spec in "${builds[@]}"; do
   mkdir -p "$root/gpubin/${spec%%=*}"
   gzip -c "$stage/${spec%%=*}/fp4moe-bench" > "$root/gpubin/${spec%%=*}/fp4moe-bench.gz"
