@@ -53,7 +53,7 @@ Status launch_permute(const PermuteParams& p, cudaStream_t stream);
 // The plan then the permute; for at most kPlanPermuteMaxPairs routed pairs (decode) both in one
 // kernel, whose rows within an expert's segment follow the pair order. launch_permute alone does
 // nothing for T = 0.
-constexpr int64_t kPlanPermuteMaxPairs = 64;
+constexpr int64_t kPlanPermuteMaxPairs = 128;
 Status launch_plan_and_permute(const PermuteParams& p, cudaStream_t stream);
 Status launch_finalize(const PermuteParams& p, uint16_t* out, cudaStream_t stream);
 
