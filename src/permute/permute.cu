@@ -58,6 +58,30 @@ __device__ __forceinline__ void plan_count(const PermuteParams& p, int64_t begin
   });
 }
 
+// An expert's share of the plan (or a sum of shares): its rows (8-row aligned), its token tiles,
+// and its tail tile (1 when the rows past its last whole tile go to a tail launch).
+struct PlanSums {
+  int32_t rows, tiles, tails;
+};
+
+__device__ __forceinline__ PlanSums expert_plan(const PermuteParams& p, int32_t count) {
+  const int32_t rest = count % p.tile_tokens;
+  const int32_t tail = count > p.tile_tokens && rest > 0 && rest <= p.tail_rows ? 1 : 0;
+  return {(count + 7) / 8 * 8, (count + p.tile_tokens - 1) / p.tile_tokens - tail, tail};
+}
+
+// Inclusive sums over lanes 0..lane of the warp.
+__device__ __forceinline__ PlanSums warp_inclusive_sums(PlanSums v, int lane) {
+#pragma unroll
+  for (int d = 1; d < 32; d *= 2) {
+    const int32_t r = __shfl_up_sync(0xffffffffu, v.rows, d);
+    const int32_t t = __shfl_up_sync(0xffffffffu, v.tiles, d);
+    const int32_t u = __shfl_up_sync(0xffffffffu, v.tails, d);
+    if (lane >= d) v.rows += r, v.tiles += t, v.tails += u;
+  }
+  return v;
+}
+
 // The whole CTA scans the padded counts and the token-tile and tail-tile counts: thread e owns local
 // expert e (num_local <= blockDim.x), each warp scans its 32 experts with shuffles and adds the
 // totals of the warps before it (from shared memory). Writes counts, seg_start, tile_start,
@@ -67,46 +91,31 @@ __device__ __forceinline__ void plan_count(const PermuteParams& p, int64_t begin
 // after.) Every thread of the CTA must call it.
 __device__ __forceinline__ int32_t plan_scan(const PermuteParams& p, int32_t* counts, int32_t bad_ids) {
   constexpr int kMaxWarps = kPlanThreads / 32;
-  __shared__ int32_t warp_sums[3][kMaxWarps];
+  __shared__ PlanSums warp_sums[kMaxWarps];
   const int num_local = p.num_local_experts;
   const int e = threadIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int32_t count = e < num_local ? counts[e] : 0;
-  const int32_t rows = (count + 7) / 8 * 8;
-  const int32_t rest = count % p.tile_tokens;
-  const int32_t tail = count > p.tile_tokens && rest > 0 && rest <= p.tail_rows ? 1 : 0;
-  const int32_t tiles = (count + p.tile_tokens - 1) / p.tile_tokens - tail;
-  int32_t rows_incl = rows, tiles_incl = tiles, tails_incl = tail;
-#pragma unroll
-  for (int d = 1; d < 32; d *= 2) {
-    const int32_t r = __shfl_up_sync(0xffffffffu, rows_incl, d);
-    const int32_t t = __shfl_up_sync(0xffffffffu, tiles_incl, d);
-    const int32_t u = __shfl_up_sync(0xffffffffu, tails_incl, d);
-    if (lane >= d) rows_incl += r, tiles_incl += t, tails_incl += u;
-  }
-  if (lane == 31) {
-    warp_sums[0][warp] = rows_incl;
-    warp_sums[1][warp] = tiles_incl;
-    warp_sums[2][warp] = tails_incl;
-  }
+  const PlanSums own = expert_plan(p, count);
+  const PlanSums incl = warp_inclusive_sums(own, lane);
+  if (lane == 31) warp_sums[warp] = incl;
   __syncthreads();
   // The totals of the warps before this one, and of all warps (lane l reads warp l's sums).
   const int warps = int(blockDim.x) / 32;
-  const bool mine = lane < warps;
-  const int32_t r = mine ? warp_sums[0][lane] : 0, t = mine ? warp_sums[1][lane] : 0, u = mine ? warp_sums[2][lane] : 0;
+  const PlanSums w = lane < warps ? warp_sums[lane] : PlanSums{0, 0, 0};
   const bool before = lane < warp;
-  const int32_t row_base = __reduce_add_sync(0xffffffffu, before ? r : 0);
-  const int32_t tile_base = __reduce_add_sync(0xffffffffu, before ? t : 0);
-  const int32_t tail_base = __reduce_add_sync(0xffffffffu, before ? u : 0);
+  const int32_t row_base = __reduce_add_sync(0xffffffffu, before ? w.rows : 0);
+  const int32_t tile_base = __reduce_add_sync(0xffffffffu, before ? w.tiles : 0);
+  const int32_t tail_base = __reduce_add_sync(0xffffffffu, before ? w.tails : 0);
   if (e < num_local) {
     p.ws.counts[e] = count;
-    p.ws.seg_start[e] = row_base + rows_incl - rows;
-    counts[e] = row_base + rows_incl - rows;  // from here on: expert e's first row
-    p.ws.tile_start[e] = tile_base + tiles_incl - tiles;
-    p.ws.tail_start[e] = tail_base + tails_incl - tail;
+    p.ws.seg_start[e] = row_base + incl.rows - own.rows;
+    counts[e] = row_base + incl.rows - own.rows;  // from here on: expert e's first row
+    p.ws.tile_start[e] = tile_base + incl.tiles - own.tiles;
+    p.ws.tail_start[e] = tail_base + incl.tails - own.tails;
   }
-  const int32_t row_total = __reduce_add_sync(0xffffffffu, r);
-  const int32_t tile_total = __reduce_add_sync(0xffffffffu, t);
-  const int32_t tail_total = __reduce_add_sync(0xffffffffu, u);
+  const int32_t row_total = __reduce_add_sync(0xffffffffu, w.rows);
+  const int32_t tile_total = __reduce_add_sync(0xffffffffu, w.tiles);
+  const int32_t tail_total = __reduce_add_sync(0xffffffffu, w.tails);
   if (threadIdx.x == 0) {
     p.ws.seg_start[num_local] = row_total;
     p.ws.tile_start[num_local] = tile_total;
@@ -382,7 +391,7 @@ __global__ void __launch_bounds__(kRowThreads) plan_permute_kernel(PermuteParams
   FP4MOE_TRACE_CTA(p.ws.trace, kTracePlanPermute);
   extern __shared__ int32_t smem_first[];  // [E_local]: counts, then each expert's first row
   __shared__ int32_t ids[kPlanPermuteMaxPairs];
-  __shared__ int32_t warp_sums[3][kRowThreads / 32];
+  __shared__ PlanSums warp_sums[kRowThreads / 32];
   __shared__ int32_t bad_ids;
   const int64_t pair = blockIdx.x;
   const int64_t t = pair / p.top_k;
@@ -417,40 +426,26 @@ __global__ void __launch_bounds__(kRowThreads) plan_permute_kernel(PermuteParams
   __syncthreads();
   // The scan of plan_scan, a thread per kPlanPermuteExpertsPerThread consecutive experts.
   const int e0 = tid * kPlanPermuteExpertsPerThread;
-  int32_t count[kPlanPermuteExpertsPerThread], rows[kPlanPermuteExpertsPerThread];
-  int32_t tiles[kPlanPermuteExpertsPerThread], tail[kPlanPermuteExpertsPerThread];
-  int32_t rows_sum = 0, tiles_sum = 0, tails_sum = 0;
+  int32_t count[kPlanPermuteExpertsPerThread];
+  PlanSums own[kPlanPermuteExpertsPerThread], sum = {0, 0, 0};
 #pragma unroll
   for (int q = 0; q < kPlanPermuteExpertsPerThread; ++q) {
     count[q] = e0 + q < num_local ? smem_first[e0 + q] : 0;
-    rows[q] = (count[q] + 7) / 8 * 8;
-    const int32_t rest = count[q] % p.tile_tokens;
-    tail[q] = count[q] > p.tile_tokens && rest > 0 && rest <= p.tail_rows ? 1 : 0;
-    tiles[q] = (count[q] + p.tile_tokens - 1) / p.tile_tokens - tail[q];
-    rows_sum += rows[q], tiles_sum += tiles[q], tails_sum += tail[q];
+    own[q] = expert_plan(p, count[q]);
+    sum.rows += own[q].rows, sum.tiles += own[q].tiles, sum.tails += own[q].tails;
   }
-  int32_t rows_incl = rows_sum, tiles_incl = tiles_sum, tails_incl = tails_sum;
-#pragma unroll
-  for (int d = 1; d < 32; d *= 2) {
-    const int32_t r = __shfl_up_sync(0xffffffffu, rows_incl, d);
-    const int32_t u = __shfl_up_sync(0xffffffffu, tiles_incl, d);
-    const int32_t v = __shfl_up_sync(0xffffffffu, tails_incl, d);
-    if (lane >= d) rows_incl += r, tiles_incl += u, tails_incl += v;
-  }
-  if (lane == 31) {
-    warp_sums[0][warp] = rows_incl;
-    warp_sums[1][warp] = tiles_incl;
-    warp_sums[2][warp] = tails_incl;
-  }
+  const PlanSums incl = warp_inclusive_sums(sum, lane);
+  if (lane == 31) warp_sums[warp] = incl;
   __syncthreads();
-  int32_t row_base = 0, tile_base = 0, tail_base = 0, row_total = 0, tile_total = 0, tail_total = 0;
+  PlanSums base = {0, 0, 0}, total = {0, 0, 0};
 #pragma unroll
   for (int w = 0; w < kRowThreads / 32; ++w) {
-    if (w < warp) row_base += warp_sums[0][w], tile_base += warp_sums[1][w], tail_base += warp_sums[2][w];
-    row_total += warp_sums[0][w], tile_total += warp_sums[1][w], tail_total += warp_sums[2][w];
+    const PlanSums v = warp_sums[w];
+    if (w < warp) base.rows += v.rows, base.tiles += v.tiles, base.tails += v.tails;
+    total.rows += v.rows, total.tiles += v.tiles, total.tails += v.tails;
   }
-  int32_t row_at = row_base + rows_incl - rows_sum, tile_at = tile_base + tiles_incl - tiles_sum;
-  int32_t tail_at = tail_base + tails_incl - tails_sum;
+  int32_t row_at = base.rows + incl.rows - sum.rows, tile_at = base.tiles + incl.tiles - sum.tiles;
+  int32_t tail_at = base.tails + incl.tails - sum.tails;
 #pragma unroll
   for (int q = 0; q < kPlanPermuteExpertsPerThread; ++q) {
     const int e = e0 + q;
@@ -463,16 +458,16 @@ __global__ void __launch_bounds__(kRowThreads) plan_permute_kernel(PermuteParams
         p.ws.tail_start[e] = tail_at;
       }
     }
-    row_at += rows[q], tile_at += tiles[q], tail_at += tail[q];
+    row_at += own[q].rows, tile_at += own[q].tiles, tail_at += own[q].tails;
   }
   if (tables) {
     if (tid == 0) {
-      p.ws.seg_start[num_local] = row_total;
-      p.ws.tile_start[num_local] = tile_total;
-      p.ws.tail_start[num_local] = tail_total;
+      p.ws.seg_start[num_local] = total.rows;
+      p.ws.tile_start[num_local] = total.tiles;
+      p.ws.tail_start[num_local] = total.tails;
       p.ws.counts[num_local] = bad_ids;  // read by MoeLayer::check_device_errors()
     }
-    zero_tile_done(p, tile_total);
+    zero_tile_done(p, total.tiles);
   }
   __syncthreads();
   // This CTA's pair's row: its expert's first row plus the earlier pairs of that expert.
