@@ -328,6 +328,48 @@ __device__ __forceinline__ void zero_h_padding(const PermuteParams& p, int32_t r
   }
 }
 
+// One thread's share of a pair's GEMM1 input row: the 16-element blocks first, first + step, ...
+// of its token's row (blockIdx.y picks the column range), with the first block loaded at once,
+// before the kernel's wait: the hidden rows are the forward's input, complete before its first
+// kernel started (PermuteParams::plan_is_first).
+struct RowShare {
+  int64_t t, first, step;
+  uint4 lo, hi;  // the first block
+};
+
+__device__ __forceinline__ RowShare load_row_share(const PermuteParams& p, int64_t pair) {
+  RowShare r;
+  r.t = pair / p.top_k;
+  r.first = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  r.step = int64_t(gridDim.y) * blockDim.x;
+  r.lo = make_uint4(0, 0, 0, 0), r.hi = r.lo;
+  if (r.first < p.layout.x_k / 16 && r.first * 16 < p.hidden_size) {
+    const uint4* src = reinterpret_cast<const uint4*>(p.hidden + r.t * p.hidden_size + r.first * 16);
+    r.lo = src[0], r.hi = src[1];
+  }
+  return r;
+}
+
+// Writes the thread's blocks of the row (permute_block of each; zeros past H) and its blocks of the
+// intermediate's K padding.
+__device__ __forceinline__ void write_row_share(const PermuteParams& p, RowShare r, int32_t row, float weight,
+                                                float gs) {
+  const int64_t H = p.hidden_size, x_blocks = p.layout.x_k / 16;
+  for (int64_t b = r.first; b < x_blocks; b += r.step) {
+    uint32_t out[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (b * 16 < H) {
+      if (b != r.first) {
+        const uint4* src = reinterpret_cast<const uint4*>(p.hidden + r.t * H + b * 16);
+        r.lo = src[0], r.hi = src[1];
+      }
+      permute_block(p, r.lo, r.hi, weight, gs, out);
+    }
+    store_piece(p.ws.x, row, b * 16, p.layout.rows_cap, make_uint4(out[0], out[1], out[2], out[3]));
+    store_piece(p.ws.x, row, b * 16 + 8, p.layout.rows_cap, make_uint4(out[4], out[5], out[6], out[7]));
+  }
+  zero_h_padding(p, row, r.first, r.step);
+}
+
 // A CTA per routed (token, slot) pair, and for up to 256 pairs per range of kRowThreads 16-element
 // column blocks (blockIdx.y), so that a few tokens still spread over many SMs (one CTA per pair
 // took 6.2 us at DeepSeek-R1 T=1, three dependent loads per thread); each thread owns 16-element
@@ -335,17 +377,7 @@ __device__ __forceinline__ void zero_h_padding(const PermuteParams& p, int32_t r
 __global__ void __launch_bounds__(kRowThreads) permute_kernel(PermuteParams p) {
   FP4MOE_TRACE_CTA(p.ws.trace, kTracePermute);
   const int64_t pair = blockIdx.x;
-  const int64_t t = pair / p.top_k;
-  const int64_t H = p.hidden_size;
-  const int64_t x_blocks = p.layout.x_k / 16;
-  const int64_t first = int64_t(blockIdx.y) * blockDim.x + threadIdx.x, step = int64_t(gridDim.y) * blockDim.x;
-  // The token's first 16-element block of this thread, loaded before the wait: the hidden rows are
-  // the forward's input, complete before its first kernel started (PermuteParams::plan_is_first).
-  uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
-  if (first < x_blocks && first * 16 < H) {
-    const uint4* src = reinterpret_cast<const uint4*>(p.hidden + t * H + first * 16);
-    lo = src[0], hi = src[1];
-  }
+  const RowShare share = load_row_share(p, pair);
   pdl_launch_dependents();
   pdl_wait();  // the plan's rows
   FP4MOE_TRACE_WAITED();
@@ -360,19 +392,7 @@ __global__ void __launch_bounds__(kRowThreads) permute_kernel(PermuteParams p) {
   // the plan, one CTA, these stores and their loads took it from 84 to 147 us at DeepSeek-R1 T=8192).
   if (blockIdx.y == 0 && threadIdx.x == 0) p.ws.row_weight[row] = weight;
   const float gs = p.w4a4 ? p.a1_gs[local] : 1.0f;
-  for (int64_t b = first; b < x_blocks; b += step) {
-    uint32_t out[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    if (b * 16 < H) {
-      if (b != first) {
-        const uint4* src = reinterpret_cast<const uint4*>(p.hidden + t * H + b * 16);
-        lo = src[0], hi = src[1];
-      }
-      permute_block(p, lo, hi, weight, gs, out);
-    }
-    store_piece(p.ws.x, row, b * 16, p.layout.rows_cap, make_uint4(out[0], out[1], out[2], out[3]));
-    store_piece(p.ws.x, row, b * 16 + 8, p.layout.rows_cap, make_uint4(out[4], out[5], out[6], out[7]));
-  }
-  zero_h_padding(p, row, first, step);
+  write_row_share(p, share, row, weight, gs);
 }
 
 // The plan and the permute in one kernel, for at most kPlanPermuteMaxPairs routed pairs (decode):
@@ -394,19 +414,10 @@ __global__ void __launch_bounds__(kRowThreads) plan_permute_kernel(PermuteParams
   __shared__ PlanSums warp_sums[kRowThreads / 32];
   __shared__ int32_t bad_ids;
   const int64_t pair = blockIdx.x;
-  const int64_t t = pair / p.top_k;
-  const int64_t H = p.hidden_size;
   const int num_local = p.num_local_experts;
   const int num_pairs = int(p.num_tokens * p.top_k);
   const bool tables = blockIdx.x == 0 && blockIdx.y == 0;
-  const int64_t x_blocks = p.layout.x_k / 16;
-  const int64_t first = int64_t(blockIdx.y) * blockDim.x + threadIdx.x, step = int64_t(gridDim.y) * blockDim.x;
-  // The token's first 16-element block, before the wait (PermuteParams::plan_is_first).
-  uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
-  if (first < x_blocks && first * 16 < H) {
-    const uint4* src = reinterpret_cast<const uint4*>(p.hidden + t * H + first * 16);
-    lo = src[0], hi = src[1];
-  }
+  const RowShare share = load_row_share(p, pair);  // before the wait
   for (int e = threadIdx.x; e < num_local; e += blockDim.x) smem_first[e] = 0;
   if (threadIdx.x == 0) bad_ids = 0;
   pdl_launch_dependents();
@@ -487,19 +498,7 @@ __global__ void __launch_bounds__(kRowThreads) plan_permute_kernel(PermuteParams
   }
   if (row < 0) return;
   const float gs = p.w4a4 ? p.a1_gs[local] : 1.0f;
-  for (int64_t b = first; b < x_blocks; b += step) {
-    uint32_t out[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    if (b * 16 < H) {
-      if (b != first) {
-        const uint4* src = reinterpret_cast<const uint4*>(p.hidden + t * H + b * 16);
-        lo = src[0], hi = src[1];
-      }
-      permute_block(p, lo, hi, weight, gs, out);
-    }
-    store_piece(p.ws.x, row, b * 16, p.layout.rows_cap, make_uint4(out[0], out[1], out[2], out[3]));
-    store_piece(p.ws.x, row, b * 16 + 8, p.layout.rows_cap, make_uint4(out[4], out[5], out[6], out[7]));
-  }
-  zero_h_padding(p, row, first, step);
+  write_row_share(p, share, row, weight, gs);
 }
 
 // A CTA per (token, kFinalizeColumns columns), so that a few tokens still spread over many SMs (one
