@@ -58,6 +58,30 @@ __device__ __forceinline__ void plan_count(const PermuteParams& p, int64_t begin
   });
 }
 
+// An expert's share of the plan (or a sum of shares): its rows (8-row aligned), its token tiles,
+// and its tail tile (1 when the rows past its last whole tile go to a tail launch).
+struct PlanSums {
+  int32_t rows, tiles, tails;
+};
+
+__device__ __forceinline__ PlanSums expert_plan(const PermuteParams& p, int32_t count) {
+  const int32_t rest = count % p.tile_tokens;
+  const int32_t tail = count > p.tile_tokens && rest > 0 && rest <= p.tail_rows ? 1 : 0;
+  return {(count + 7) / 8 * 8, (count + p.tile_tokens - 1) / p.tile_tokens - tail, tail};
+}
+
+// Inclusive sums over lanes 0..lane of the warp.
+__device__ __forceinline__ PlanSums warp_inclusive_sums(PlanSums v, int lane) {
+#pragma unroll
+  for (int d = 1; d < 32; d *= 2) {
+    const int32_t r = __shfl_up_sync(0xffffffffu, v.rows, d);
+    const int32_t t = __shfl_up_sync(0xffffffffu, v.tiles, d);
+    const int32_t u = __shfl_up_sync(0xffffffffu, v.tails, d);
+    if (lane >= d) v.rows += r, v.tiles += t, v.tails += u;
+  }
+  return v;
+}
+
 // The whole CTA scans the padded counts and the token-tile and tail-tile counts: thread e owns local
 // expert e (num_local <= blockDim.x), each warp scans its 32 experts with shuffles and adds the
 // totals of the warps before it (from shared memory). Writes counts, seg_start, tile_start,
@@ -67,46 +91,31 @@ __device__ __forceinline__ void plan_count(const PermuteParams& p, int64_t begin
 // after.) Every thread of the CTA must call it.
 __device__ __forceinline__ int32_t plan_scan(const PermuteParams& p, int32_t* counts, int32_t bad_ids) {
   constexpr int kMaxWarps = kPlanThreads / 32;
-  __shared__ int32_t warp_sums[3][kMaxWarps];
+  __shared__ PlanSums warp_sums[kMaxWarps];
   const int num_local = p.num_local_experts;
   const int e = threadIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int32_t count = e < num_local ? counts[e] : 0;
-  const int32_t rows = (count + 7) / 8 * 8;
-  const int32_t rest = count % p.tile_tokens;
-  const int32_t tail = count > p.tile_tokens && rest > 0 && rest <= p.tail_rows ? 1 : 0;
-  const int32_t tiles = (count + p.tile_tokens - 1) / p.tile_tokens - tail;
-  int32_t rows_incl = rows, tiles_incl = tiles, tails_incl = tail;
-#pragma unroll
-  for (int d = 1; d < 32; d *= 2) {
-    const int32_t r = __shfl_up_sync(0xffffffffu, rows_incl, d);
-    const int32_t t = __shfl_up_sync(0xffffffffu, tiles_incl, d);
-    const int32_t u = __shfl_up_sync(0xffffffffu, tails_incl, d);
-    if (lane >= d) rows_incl += r, tiles_incl += t, tails_incl += u;
-  }
-  if (lane == 31) {
-    warp_sums[0][warp] = rows_incl;
-    warp_sums[1][warp] = tiles_incl;
-    warp_sums[2][warp] = tails_incl;
-  }
+  const PlanSums own = expert_plan(p, count);
+  const PlanSums incl = warp_inclusive_sums(own, lane);
+  if (lane == 31) warp_sums[warp] = incl;
   __syncthreads();
   // The totals of the warps before this one, and of all warps (lane l reads warp l's sums).
   const int warps = int(blockDim.x) / 32;
-  const bool mine = lane < warps;
-  const int32_t r = mine ? warp_sums[0][lane] : 0, t = mine ? warp_sums[1][lane] : 0, u = mine ? warp_sums[2][lane] : 0;
+  const PlanSums w = lane < warps ? warp_sums[lane] : PlanSums{0, 0, 0};
   const bool before = lane < warp;
-  const int32_t row_base = __reduce_add_sync(0xffffffffu, before ? r : 0);
-  const int32_t tile_base = __reduce_add_sync(0xffffffffu, before ? t : 0);
-  const int32_t tail_base = __reduce_add_sync(0xffffffffu, before ? u : 0);
+  const int32_t row_base = __reduce_add_sync(0xffffffffu, before ? w.rows : 0);
+  const int32_t tile_base = __reduce_add_sync(0xffffffffu, before ? w.tiles : 0);
+  const int32_t tail_base = __reduce_add_sync(0xffffffffu, before ? w.tails : 0);
   if (e < num_local) {
     p.ws.counts[e] = count;
-    p.ws.seg_start[e] = row_base + rows_incl - rows;
-    counts[e] = row_base + rows_incl - rows;  // from here on: expert e's first row
-    p.ws.tile_start[e] = tile_base + tiles_incl - tiles;
-    p.ws.tail_start[e] = tail_base + tails_incl - tail;
+    p.ws.seg_start[e] = row_base + incl.rows - own.rows;
+    counts[e] = row_base + incl.rows - own.rows;  // from here on: expert e's first row
+    p.ws.tile_start[e] = tile_base + incl.tiles - own.tiles;
+    p.ws.tail_start[e] = tail_base + incl.tails - own.tails;
   }
-  const int32_t row_total = __reduce_add_sync(0xffffffffu, r);
-  const int32_t tile_total = __reduce_add_sync(0xffffffffu, t);
-  const int32_t tail_total = __reduce_add_sync(0xffffffffu, u);
+  const int32_t row_total = __reduce_add_sync(0xffffffffu, w.rows);
+  const int32_t tile_total = __reduce_add_sync(0xffffffffu, w.tiles);
+  const int32_t tail_total = __reduce_add_sync(0xffffffffu, w.tails);
   if (threadIdx.x == 0) {
     p.ws.seg_start[num_local] = row_total;
     p.ws.tile_start[num_local] = tile_total;
@@ -319,6 +328,48 @@ __device__ __forceinline__ void zero_h_padding(const PermuteParams& p, int32_t r
   }
 }
 
+// One thread's share of a pair's GEMM1 input row: the 16-element blocks first, first + step, ...
+// of its token's row (blockIdx.y picks the column range), with the first block loaded at once,
+// before the kernel's wait: the hidden rows are the forward's input, complete before its first
+// kernel started (PermuteParams::plan_is_first).
+struct RowShare {
+  int64_t t, first, step;
+  uint4 lo, hi;  // the first block
+};
+
+__device__ __forceinline__ RowShare load_row_share(const PermuteParams& p, int64_t pair) {
+  RowShare r;
+  r.t = pair / p.top_k;
+  r.first = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  r.step = int64_t(gridDim.y) * blockDim.x;
+  r.lo = make_uint4(0, 0, 0, 0), r.hi = r.lo;
+  if (r.first < p.layout.x_k / 16 && r.first * 16 < p.hidden_size) {
+    const uint4* src = reinterpret_cast<const uint4*>(p.hidden + r.t * p.hidden_size + r.first * 16);
+    r.lo = src[0], r.hi = src[1];
+  }
+  return r;
+}
+
+// Writes the thread's blocks of the row (permute_block of each; zeros past H) and its blocks of the
+// intermediate's K padding.
+__device__ __forceinline__ void write_row_share(const PermuteParams& p, RowShare r, int32_t row, float weight,
+                                                float gs) {
+  const int64_t H = p.hidden_size, x_blocks = p.layout.x_k / 16;
+  for (int64_t b = r.first; b < x_blocks; b += r.step) {
+    uint32_t out[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (b * 16 < H) {
+      if (b != r.first) {
+        const uint4* src = reinterpret_cast<const uint4*>(p.hidden + r.t * H + b * 16);
+        r.lo = src[0], r.hi = src[1];
+      }
+      permute_block(p, r.lo, r.hi, weight, gs, out);
+    }
+    store_piece(p.ws.x, row, b * 16, p.layout.rows_cap, make_uint4(out[0], out[1], out[2], out[3]));
+    store_piece(p.ws.x, row, b * 16 + 8, p.layout.rows_cap, make_uint4(out[4], out[5], out[6], out[7]));
+  }
+  zero_h_padding(p, row, r.first, r.step);
+}
+
 // A CTA per routed (token, slot) pair, and for up to 256 pairs per range of kRowThreads 16-element
 // column blocks (blockIdx.y), so that a few tokens still spread over many SMs (one CTA per pair
 // took 6.2 us at DeepSeek-R1 T=1, three dependent loads per thread); each thread owns 16-element
@@ -326,17 +377,7 @@ __device__ __forceinline__ void zero_h_padding(const PermuteParams& p, int32_t r
 __global__ void __launch_bounds__(kRowThreads) permute_kernel(PermuteParams p) {
   FP4MOE_TRACE_CTA(p.ws.trace, kTracePermute);
   const int64_t pair = blockIdx.x;
-  const int64_t t = pair / p.top_k;
-  const int64_t H = p.hidden_size;
-  const int64_t x_blocks = p.layout.x_k / 16;
-  const int64_t first = int64_t(blockIdx.y) * blockDim.x + threadIdx.x, step = int64_t(gridDim.y) * blockDim.x;
-  // The token's first 16-element block of this thread, loaded before the wait: the hidden rows are
-  // the forward's input, complete before its first kernel started (PermuteParams::plan_is_first).
-  uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
-  if (first < x_blocks && first * 16 < H) {
-    const uint4* src = reinterpret_cast<const uint4*>(p.hidden + t * H + first * 16);
-    lo = src[0], hi = src[1];
-  }
+  const RowShare share = load_row_share(p, pair);
   pdl_launch_dependents();
   pdl_wait();  // the plan's rows
   FP4MOE_TRACE_WAITED();
@@ -351,19 +392,7 @@ __global__ void __launch_bounds__(kRowThreads) permute_kernel(PermuteParams p) {
   // the plan, one CTA, these stores and their loads took it from 84 to 147 us at DeepSeek-R1 T=8192).
   if (blockIdx.y == 0 && threadIdx.x == 0) p.ws.row_weight[row] = weight;
   const float gs = p.w4a4 ? p.a1_gs[local] : 1.0f;
-  for (int64_t b = first; b < x_blocks; b += step) {
-    uint32_t out[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    if (b * 16 < H) {
-      if (b != first) {
-        const uint4* src = reinterpret_cast<const uint4*>(p.hidden + t * H + b * 16);
-        lo = src[0], hi = src[1];
-      }
-      permute_block(p, lo, hi, weight, gs, out);
-    }
-    store_piece(p.ws.x, row, b * 16, p.layout.rows_cap, make_uint4(out[0], out[1], out[2], out[3]));
-    store_piece(p.ws.x, row, b * 16 + 8, p.layout.rows_cap, make_uint4(out[4], out[5], out[6], out[7]));
-  }
-  zero_h_padding(p, row, first, step);
+  write_row_share(p, share, row, weight, gs);
 }
 
 // The plan and the permute in one kernel, for at most kPlanPermuteMaxPairs routed pairs (decode):
@@ -382,22 +411,13 @@ __global__ void __launch_bounds__(kRowThreads) plan_permute_kernel(PermuteParams
   FP4MOE_TRACE_CTA(p.ws.trace, kTracePlanPermute);
   extern __shared__ int32_t smem_first[];  // [E_local]: counts, then each expert's first row
   __shared__ int32_t ids[kPlanPermuteMaxPairs];
-  __shared__ int32_t warp_sums[3][kRowThreads / 32];
+  __shared__ PlanSums warp_sums[kRowThreads / 32];
   __shared__ int32_t bad_ids;
   const int64_t pair = blockIdx.x;
-  const int64_t t = pair / p.top_k;
-  const int64_t H = p.hidden_size;
   const int num_local = p.num_local_experts;
   const int num_pairs = int(p.num_tokens * p.top_k);
   const bool tables = blockIdx.x == 0 && blockIdx.y == 0;
-  const int64_t x_blocks = p.layout.x_k / 16;
-  const int64_t first = int64_t(blockIdx.y) * blockDim.x + threadIdx.x, step = int64_t(gridDim.y) * blockDim.x;
-  // The token's first 16-element block, before the wait (PermuteParams::plan_is_first).
-  uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
-  if (first < x_blocks && first * 16 < H) {
-    const uint4* src = reinterpret_cast<const uint4*>(p.hidden + t * H + first * 16);
-    lo = src[0], hi = src[1];
-  }
+  const RowShare share = load_row_share(p, pair);  // before the wait
   for (int e = threadIdx.x; e < num_local; e += blockDim.x) smem_first[e] = 0;
   if (threadIdx.x == 0) bad_ids = 0;
   pdl_launch_dependents();
@@ -417,40 +437,26 @@ __global__ void __launch_bounds__(kRowThreads) plan_permute_kernel(PermuteParams
   __syncthreads();
   // The scan of plan_scan, a thread per kPlanPermuteExpertsPerThread consecutive experts.
   const int e0 = tid * kPlanPermuteExpertsPerThread;
-  int32_t count[kPlanPermuteExpertsPerThread], rows[kPlanPermuteExpertsPerThread];
-  int32_t tiles[kPlanPermuteExpertsPerThread], tail[kPlanPermuteExpertsPerThread];
-  int32_t rows_sum = 0, tiles_sum = 0, tails_sum = 0;
+  int32_t count[kPlanPermuteExpertsPerThread];
+  PlanSums own[kPlanPermuteExpertsPerThread], sum = {0, 0, 0};
 #pragma unroll
   for (int q = 0; q < kPlanPermuteExpertsPerThread; ++q) {
     count[q] = e0 + q < num_local ? smem_first[e0 + q] : 0;
-    rows[q] = (count[q] + 7) / 8 * 8;
-    const int32_t rest = count[q] % p.tile_tokens;
-    tail[q] = count[q] > p.tile_tokens && rest > 0 && rest <= p.tail_rows ? 1 : 0;
-    tiles[q] = (count[q] + p.tile_tokens - 1) / p.tile_tokens - tail[q];
-    rows_sum += rows[q], tiles_sum += tiles[q], tails_sum += tail[q];
+    own[q] = expert_plan(p, count[q]);
+    sum.rows += own[q].rows, sum.tiles += own[q].tiles, sum.tails += own[q].tails;
   }
-  int32_t rows_incl = rows_sum, tiles_incl = tiles_sum, tails_incl = tails_sum;
-#pragma unroll
-  for (int d = 1; d < 32; d *= 2) {
-    const int32_t r = __shfl_up_sync(0xffffffffu, rows_incl, d);
-    const int32_t u = __shfl_up_sync(0xffffffffu, tiles_incl, d);
-    const int32_t v = __shfl_up_sync(0xffffffffu, tails_incl, d);
-    if (lane >= d) rows_incl += r, tiles_incl += u, tails_incl += v;
-  }
-  if (lane == 31) {
-    warp_sums[0][warp] = rows_incl;
-    warp_sums[1][warp] = tiles_incl;
-    warp_sums[2][warp] = tails_incl;
-  }
+  const PlanSums incl = warp_inclusive_sums(sum, lane);
+  if (lane == 31) warp_sums[warp] = incl;
   __syncthreads();
-  int32_t row_base = 0, tile_base = 0, tail_base = 0, row_total = 0, tile_total = 0, tail_total = 0;
+  PlanSums base = {0, 0, 0}, total = {0, 0, 0};
 #pragma unroll
   for (int w = 0; w < kRowThreads / 32; ++w) {
-    if (w < warp) row_base += warp_sums[0][w], tile_base += warp_sums[1][w], tail_base += warp_sums[2][w];
-    row_total += warp_sums[0][w], tile_total += warp_sums[1][w], tail_total += warp_sums[2][w];
+    const PlanSums v = warp_sums[w];
+    if (w < warp) base.rows += v.rows, base.tiles += v.tiles, base.tails += v.tails;
+    total.rows += v.rows, total.tiles += v.tiles, total.tails += v.tails;
   }
-  int32_t row_at = row_base + rows_incl - rows_sum, tile_at = tile_base + tiles_incl - tiles_sum;
-  int32_t tail_at = tail_base + tails_incl - tails_sum;
+  int32_t row_at = base.rows + incl.rows - sum.rows, tile_at = base.tiles + incl.tiles - sum.tiles;
+  int32_t tail_at = base.tails + incl.tails - sum.tails;
 #pragma unroll
   for (int q = 0; q < kPlanPermuteExpertsPerThread; ++q) {
     const int e = e0 + q;
@@ -463,16 +469,16 @@ __global__ void __launch_bounds__(kRowThreads) plan_permute_kernel(PermuteParams
         p.ws.tail_start[e] = tail_at;
       }
     }
-    row_at += rows[q], tile_at += tiles[q], tail_at += tail[q];
+    row_at += own[q].rows, tile_at += own[q].tiles, tail_at += own[q].tails;
   }
   if (tables) {
     if (tid == 0) {
-      p.ws.seg_start[num_local] = row_total;
-      p.ws.tile_start[num_local] = tile_total;
-      p.ws.tail_start[num_local] = tail_total;
+      p.ws.seg_start[num_local] = total.rows;
+      p.ws.tile_start[num_local] = total.tiles;
+      p.ws.tail_start[num_local] = total.tails;
       p.ws.counts[num_local] = bad_ids;  // read by MoeLayer::check_device_errors()
     }
-    zero_tile_done(p, tile_total);
+    zero_tile_done(p, total.tiles);
   }
   __syncthreads();
   // This CTA's pair's row: its expert's first row plus the earlier pairs of that expert.
@@ -492,19 +498,7 @@ __global__ void __launch_bounds__(kRowThreads) plan_permute_kernel(PermuteParams
   }
   if (row < 0) return;
   const float gs = p.w4a4 ? p.a1_gs[local] : 1.0f;
-  for (int64_t b = first; b < x_blocks; b += step) {
-    uint32_t out[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    if (b * 16 < H) {
-      if (b != first) {
-        const uint4* src = reinterpret_cast<const uint4*>(p.hidden + t * H + b * 16);
-        lo = src[0], hi = src[1];
-      }
-      permute_block(p, lo, hi, weight, gs, out);
-    }
-    store_piece(p.ws.x, row, b * 16, p.layout.rows_cap, make_uint4(out[0], out[1], out[2], out[3]));
-    store_piece(p.ws.x, row, b * 16 + 8, p.layout.rows_cap, make_uint4(out[4], out[5], out[6], out[7]));
-  }
-  zero_h_padding(p, row, first, step);
+  write_row_share(p, share, row, weight, gs);
 }
 
 // A CTA per (token, kFinalizeColumns columns), so that a few tokens still spread over many SMs (one
