@@ -59,8 +59,11 @@ def k_loop(ins):
 def main(cubins):
     for cubin in cubins:
         for name, ins in functions(cubin).items():
-            m = re.search(r"Sm90TraitsI(.*?)EEEE", name)
+            # moe_gemm_sm90_kernel<Sm90Traits<...>, kDirect>: the traits, then ", direct" for kDirect
+            m = re.search(r"Sm90TraitsI(.*?)EEELb([01])E", name)
             label = m.group(1).replace("ELi", ",").replace("Li", "").replace("ELb", ",b") if m else name
+            if m and m.group(2) == "1":
+                label += " direct"
             body = k_loop(ins)
             if not body:
                 print(f"{label}: no K loop found")

@@ -474,6 +474,123 @@ TEST(MoeGpu, OutputBitsDoNotDependOnTheBatch) {
   }
 }
 
+// Direct GEMM1 (LayerOptions::direct_gemm1): at T=1 with precomputed routing, GEMM1 makes its tile
+// table from the routed ids and reads the hidden row in place. Against the same layer without it (the
+// plan's tables and the permuted row): the same bits, and the reference. Routings: distinct ids; a
+// repeated id (two rows of one expert: the further row's pieces copied to their swizzled places);
+// ids out of range (no row, reported like the plan's); with an expert shard, none, some or all of
+// the token's experts local. Scaled DeepSeek-R1 would overlap GEMM1 and GEMM2 at T=1, which direct
+// GEMM1 turns off.
+TEST(MoeGpu, DirectGemm1AtOneTokenGivesTheBitsOfThePlannedPath) {
+  FP4MOE_REQUIRE_GPU();
+  struct Layer {
+    std::string preset;
+    int factor;
+    int ep_rank, ep_size, tp_rank, tp_size;
+  };
+  const Layer layers[] = {{"deepseek-r1", 16, 0, 1, 0, 1},  {"qwen3-30b-a3b", 4, 0, 1, 0, 1},
+                          {"mixtral-8x7b", 16, 0, 1, 0, 1}, {"deepseek-r1", 16, 1, 2, 0, 1},
+                          {"qwen3-30b-a3b", 4, 0, 1, 1, 2}};
+  for (const Layer& l : layers) {
+    MoeProblem full;
+    ASSERT_OK(get_preset(l.preset, &full));
+    MoeProblem p = scaled_preset(full, l.factor);
+    p.max_tokens = 4;
+    ASSERT_EQ(p.hidden_size % 64, 0) << p.name << ": direct GEMM1 needs H a multiple of 64";
+    const uint64_t seed = testing::test_seed() + 31;
+    const HostMoeWeights hw = make_random_weights(p, seed);
+    const ref::ShardSpec spec{l.ep_rank, l.ep_size, l.tp_rank, l.tp_size};
+    HostMoeWeights shard;
+    ASSERT_OK(ref::shard_weights(p, hw, spec, &shard));
+    LayerOptions opt;
+    opt.path = KernelPath::kSm90;
+    opt.ep_rank = l.ep_rank, opt.ep_size = l.ep_size, opt.tp_rank = l.tp_rank, opt.tp_size = l.tp_size;
+    std::unique_ptr<MoeLayer> direct, planned;
+    Status st = MoeLayer::create_dummy(p, seed, opt, &direct);
+    if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.to_string();
+    ASSERT_OK(st);
+    opt.direct_gemm1 = false;
+    ASSERT_OK(MoeLayer::create_dummy(p, seed, opt, &planned));
+    const int E = p.num_experts(), K = p.top_k();
+    const int local_begin = l.ep_rank * (E / l.ep_size), local_end = local_begin + E / l.ep_size;
+    auto rng = make_rng(seed);
+    std::uniform_int_distribution<int> pick(0, E - 1);
+    struct Routing {
+      std::string name;
+      std::vector<int32_t> ids;
+      int bad;  // ids out of range
+    };
+    std::vector<Routing> routings;
+    std::vector<int32_t> ids;
+    while (int(ids.size()) < K) {
+      const int e = pick(rng);
+      if (std::find(ids.begin(), ids.end(), e) == ids.end()) ids.push_back(e);
+    }
+    routings.push_back({"distinct ids", ids, 0});
+    if (K > 1) {
+      std::vector<int32_t> rep = ids;
+      rep.back() = rep.front();
+      routings.push_back({"a repeated id", rep, 0});
+      std::vector<int32_t> bad = ids;
+      bad.front() = -1;
+      bad.back() = E + 5;
+      routings.push_back({"ids out of range", bad, 2});
+    }
+    if (l.ep_size > 1) {
+      std::vector<int32_t> other, mine;
+      for (int e = 0; e < E && int(other.size()) < K; ++e)
+        if (e < local_begin || e >= local_end) other.push_back(e);
+      for (int e = local_end - 1; e >= local_begin && int(mine.size()) < K; --e) mine.push_back(e);
+      routings.push_back({"no local expert", other, 0});
+      routings.push_back({"only local experts", mine, 0});
+    }
+    const int64_t H = p.hidden_size;
+    DeviceBuffer<char> ws(std::max(direct->workspace_bytes(), planned->workspace_bytes()));
+    for (const Routing& r : routings) {
+      const std::string what = p.name + " ep " + std::to_string(l.ep_rank) + "/" + std::to_string(l.ep_size) +
+                               " tp " + std::to_string(l.tp_rank) + "/" + std::to_string(l.tp_size) + ", " + r.name;
+      const auto hidden = testing::random_hidden(rng, 1, H);
+      std::vector<float> w(static_cast<size_t>(K));
+      for (int k = 0; k < K; ++k) w[size_t(k)] = 0.3f + 0.1f * k;
+      DeviceBuffer<uint16_t> dh(hidden);
+      DeviceBuffer<int32_t> dids(r.ids);
+      DeviceBuffer<float> dw(w);
+      GpuRun a, b;
+      for (auto [layer, run] : {std::pair{direct.get(), &a}, std::pair{planned.get(), &b}}) {
+        DeviceBuffer<uint16_t> dout(static_cast<size_t>(H));  // poisoned (0xffff, a NaN)
+        ForwardArgs fa;
+        fa.hidden = dh.get();
+        fa.topk_ids = dids.get();
+        fa.topk_weights = dw.get();
+        fa.num_tokens = 1;
+        fa.out = dout.get();
+        ASSERT_OK(layer->forward(fa, ws.get(), ws.size(), nullptr));
+        CUDA_ASSERT(cudaDeviceSynchronize());
+        const Status errors = layer->check_device_errors(ws.get(), nullptr);
+        if (r.bad == 0) {
+          ASSERT_OK(errors);
+        } else {
+          EXPECT_NE(errors.message().find(std::to_string(r.bad) + " routed expert ids"), std::string::npos)
+              << what << ": " << errors.to_string();
+        }
+        run->out = dout.download();
+        run->ids = r.ids;
+        run->weights = w;
+      }
+      EXPECT_EQ(std::memcmp(a.out.data(), b.out.data(), a.out.size() * 2), 0) << what << ": direct GEMM1 differs";
+      if (r.name == "no local expert") {
+        for (uint16_t v : a.out) ASSERT_EQ(v & 0x7fff, 0) << what << ": a shard without the token's experts adds 0";
+      } else {
+        // (The reference refuses ids out of range: there they become expert 0 with weight 0, which
+        // adds exact zeros.)
+        for (int k = 0; k < K; ++k)
+          if (a.ids[size_t(k)] < 0 || a.ids[size_t(k)] >= E) a.ids[size_t(k)] = 0, a.weights[size_t(k)] = 0.0f;
+        expect_matches_reference(p, shard, spec, hidden, a, 1, what);
+      }
+    }
+  }
+}
+
 // Tail tiles (LayerOptions::tail_tiles): behind a token tile of 128 or more, an expert's last tile of
 // at most 32 rows past full ones runs in a second, BN32 launch. Expert counts straddle the cut (128
 // exactly, 129, 160 = 128 + 32, 161, 257, 288 = 256 + 32, one row), the rest random-ish; every config

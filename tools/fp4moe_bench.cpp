@@ -67,6 +67,7 @@ struct Options {
   bool split_k = false;         // --split-k: LayerOptions::split_k
   bool tail_tiles = true;       // --no-tail-tiles: LayerOptions::tail_tiles off
   bool gemm_overlap = true;     // --no-gemm-overlap: LayerOptions::gemm_overlap off
+  bool direct_gemm1 = true;     // --no-direct-gemm1: LayerOptions::direct_gemm1 off
   std::string dump_routing;     // --dump-routing DIR: each token count's routing for bench/peers_torch.py
   bool trace = false;           // --trace: each kernel's timeline in one graph replay (FP4MOE_TRACE builds)
   std::string argv;
@@ -80,7 +81,7 @@ struct Options {
                "                    [--warmup-ms MS] [--seed N] [--scale F] [--routing model|random]\n"
                "                    [--tune FILE [--tune-only NAME,NAME]] [--tune-file FILE]\n"
                "                    [--checkpoint DIR [--layer L]]\n"
-               "                    [--split-k] [--no-tail-tiles] [--no-gemm-overlap] [--verbose]\n"
+               "                    [--split-k] [--no-tail-tiles] [--no-gemm-overlap] [--no-direct-gemm1] [--verbose]\n"
                "                    [--dump-routing DIR] [--trace]\n",
                msg);
   std::exit(2);
@@ -152,6 +153,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--split-k") o.split_k = true;
     else if (a == "--no-tail-tiles") o.tail_tiles = false;
     else if (a == "--no-gemm-overlap") o.gemm_overlap = false;
+    else if (a == "--no-direct-gemm1") o.direct_gemm1 = false;
     else if (a == "--dump-routing") o.dump_routing = value();
     else if (a == "--json") o.json = value();
     else if (a == "--iters") o.iters = std::max<int>(1, int(integer(value())));
@@ -596,6 +598,7 @@ void write_json(const Options& o, const MoeProblem& p, const char* gpu, const Ce
     << "\",\n  \"mode\": \"" << to_string(p.mode) << "\",\n  \"split_k\": " << (o.split_k ? "true" : "false")
     << ",\n  \"tail_tiles\": " << (o.tail_tiles ? "true" : "false")
     << ",\n  \"gemm_overlap\": " << (o.gemm_overlap ? "true" : "false")
+    << ",\n  \"direct_gemm1\": " << (o.direct_gemm1 ? "true" : "false")
     << ",\n  \"routing\": \"" << (o.random_routing ? "random" : "model")
     << "\",\n  \"ceilings\": {\"copy_TBps\": " << c.copy_tbps
     << ", \"bf16_mm_TFLOPs\": " << c.bf16_tflops << ", \"bf16_mm_burst_TFLOPs\": " << c.bf16_burst_tflops
@@ -721,6 +724,7 @@ int main(int argc, char** argv) {
   lo.split_k = o.split_k;
   lo.tail_tiles = o.tail_tiles;
   lo.gemm_overlap = o.gemm_overlap;
+  lo.direct_gemm1 = o.direct_gemm1;
   std::unique_ptr<MoeLayer> layer;
   const HostMoeWeights* host = o.checkpoint.empty() ? nullptr : &loaded;
   auto make_layer = [&] {

@@ -50,6 +50,11 @@ struct LayerOptions {
   // never with tail tiles or split-K), GEMM2 starts a token tile as soon as GEMM1 has finished it,
   // on the SMs GEMM1's last round leaves idle. Same bits either way; off only to measure it.
   bool gemm_overlap = true;
+  // Direct GEMM1 (sm90, one token, precomputed routing, w4a16 without input weighting, H a multiple
+  // of 64): GEMM1 reads the token's routed ids and hidden row in place instead of waiting for the
+  // plan and the permute, which still run beside it for GEMM2 and the combine. With an id out of
+  // range or repeated it waits for the plan as usual. Same bits either way; off only to measure it.
+  bool direct_gemm1 = true;
 };
 
 struct ForwardArgs {

@@ -52,6 +52,16 @@ struct MoeGemmParams {
   // counts its finished weight units per token tile in ws.tile_done, and GEMM2, which then does not
   // wait for GEMM1 as a whole, starts a token tile's rows once all of GEMM1's units of it are in.
   bool overlap = false;
+  // Direct GEMM1 (sm90 BN16; set by MoeLayer::forward for a one-token forward with precomputed
+  // routing in w4a16 without input weighting, split-K or tails, and H a multiple of 64): GEMM1 makes
+  // the tile table from the routed ids itself and reads the token's hidden row in place, so it waits
+  // for neither the plan nor the permute (one thread waits, so that GEMM1 completes after them and,
+  // with the overlap, triggers GEMM2 only then). The fused plan-and-permute still runs, for GEMM2
+  // and the finalize. With an id out of range or repeated, GEMM1 uses the plan's tables as usual.
+  const int32_t* direct_ids = nullptr;  // [top_k], the user's routed ids
+  const uint16_t* direct_x = nullptr;   // [hidden] bf16, 16-byte aligned
+  int num_experts = 0;                  // global expert count, and the first local expert's id
+  int expert_begin = 0;
 };
 
 // Which expert and rows a token tile covers (tile numbering from the plan kernel's tile_start).
@@ -65,15 +75,21 @@ struct TileCoord {
 // tile_start: the plan's table (tile_start, or tail_start for a tail launch), in global memory or a
 // shared-memory copy of it. kTails: the kernel may run a tail launch (compiled only where it can: the
 // extra code made ptxas spill the 4-consumer BN128 kernel).
-template <bool kTails = false>
-__device__ __forceinline__ TileCoord find_tile(const MoeGemmParams& p, const int32_t* tile_start, int64_t tile) {
-  if (tile >= tile_start[p.num_local_experts]) return {-1, 0, 0};
-  int lo = 0, hi = p.num_local_experts;  // the e with tile_start[e] <= tile < tile_start[e + 1]
+// The local expert e of a tile below tile_start[E_local]: tile_start[e] <= tile < tile_start[e + 1].
+__device__ __forceinline__ int tile_expert(const MoeGemmParams& p, const int32_t* tile_start, int64_t tile) {
+  int lo = 0, hi = p.num_local_experts;
   while (hi - lo > 1) {
     const int mid = (lo + hi) / 2;
     if (tile_start[mid] <= tile) lo = mid;
     else hi = mid;
   }
+  return lo;
+}
+
+template <bool kTails = false>
+__device__ __forceinline__ TileCoord find_tile(const MoeGemmParams& p, const int32_t* tile_start, int64_t tile) {
+  if (tile >= tile_start[p.num_local_experts]) return {-1, 0, 0};
+  const int lo = tile_expert(p, tile_start, tile);
   // (Through L2, ld.cg: with MoeGemmParams::overlap, GEMM2 reads the plan's tables without having
   // waited on its predecessor.)
   if (kTails && p.tail_of > 0) {  // the one tail tile of expert lo: its rows past the last multiple of tail_of

@@ -17,6 +17,7 @@
 #include "src/moe/weights.h"
 #include "src/moe/workspace.h"
 #include "src/permute/permute.h"
+#include "src/routing/det_math.h"
 #include "src/routing/routing_gpu.h"
 
 namespace fp4moe {
@@ -400,7 +401,20 @@ Status MoeLayer::forward(const ForwardArgs& a, void* workspace, size_t workspace
       gt.max_tiles = std::min<int64_t>(m.shard.num_local_experts, T * K / (g.tile_tokens + 1));
       gt.split_k1 = gt.split_k2 = 1;
     }
-    FP4MOE_RETURN_IF_ERROR(sm90::launch_gemm1(g, cfg1, m.num_sms, stream));
+    // Direct GEMM1 (LayerOptions::direct_gemm1, MoeGemmParams::direct_ids): one token whose routed
+    // ids are in memory before the forward's first kernel (precomputed routing, read in place).
+    // It runs without the overlap (GEMM2 then waits for GEMM1 as a whole).
+    MoeGemmParams g1 = g;
+    if (m.options.direct_gemm1 && T == 1 && !a.router_logits && !g.w4a4 && !g.weight_on_input &&
+        cfg1.tile_tokens == 16 && g.split_k1 == 1 && !tail && p.hidden_size % layout::kUnitK == 0 &&
+        K <= routing::kMaxTopK) {
+      g.overlap = g1.overlap = false;
+      g1.direct_ids = a.topk_ids;
+      g1.direct_x = a.hidden;
+      g1.num_experts = p.num_experts();
+      g1.expert_begin = m.shard.expert_begin;
+    }
+    FP4MOE_RETURN_IF_ERROR(sm90::launch_gemm1(g1, cfg1, m.num_sms, stream));
     if (tail) FP4MOE_RETURN_IF_ERROR(sm90::launch_gemm1(gt, *tail, m.num_sms, stream));
     FP4MOE_RETURN_IF_ERROR(sm90::launch_gemm2(g, cfg2, m.num_sms, stream));
     if (tail) FP4MOE_RETURN_IF_ERROR(sm90::launch_gemm2(gt, *tail, m.num_sms, stream));

@@ -16,9 +16,10 @@
 
 namespace fp4moe::sm90 {
 
-template <class T>
-Status launch_traits(const MoeGemmParams& p, int num_sms, cudaStream_t stream) {
-  auto* kernel = moe_gemm_sm90_kernel<T>;
+// The launch of one instantiation (kDirect: direct GEMM1, MoeGemmParams::direct_ids).
+template <class T, bool kDirect>
+Status launch_kernel(const MoeGemmParams& p, unsigned grid, cudaStream_t stream) {
+  auto* kernel = moe_gemm_sm90_kernel<T, kDirect>;
   // The shared-memory opt-in is a per-device attribute: set it once for each device this process
   // launches on (one process may drive several GPUs, one thread each). Bit d of attr_set: done on
   // device d (a later cudaDeviceReset would need it again; fp4moe never resets a device).
@@ -35,6 +36,11 @@ Status launch_traits(const MoeGemmParams& p, int num_sms, cudaStream_t stream) {
       attr_set.fetch_or(bit, std::memory_order_release);
     }
   }
+  return launch_pdl(kernel, dim3(grid), dim3(T::kThreads), T::kSmemBytes, stream, p);
+}
+
+template <class T>
+Status launch_traits(const MoeGemmParams& p, int num_sms, cudaStream_t stream) {
   const layout::GemmWeightShape& g = T::kGemm1 ? p.g1 : p.g2;
   const int64_t m_blocks = (g.m_units() + T::kConsumers - 1) / T::kConsumers;
   const int split = T::kGemm1 ? p.split_k1 : p.split_k2;
@@ -50,7 +56,22 @@ Status launch_traits(const MoeGemmParams& p, int num_sms, cudaStream_t stream) {
   const int64_t max_tiles = p.max_tiles * m_blocks * split;
   if (max_tiles == 0) return Status::Ok();
   const unsigned grid = unsigned(std::min<int64_t>(int64_t(num_sms) * T::kCtasPerSm, max_tiles));
-  return launch_pdl(kernel, dim3(grid), dim3(T::kThreads), T::kSmemBytes, stream, p);
+  if (p.direct_ids) {
+    // (MoeLayer::forward sets it only where it applies; a bad combination is a bug, not bad input.)
+    if constexpr (T::kGemm1 && T::kBN == 16 && !T::kRunsTails) {
+      if (split > 1 || p.tail_of > 0 || p.overlap || p.w4a4 || p.weight_on_input || !p.direct_x ||
+          (reinterpret_cast<uintptr_t>(p.direct_x) & 15) != 0 || p.hidden % layout::kUnitK != 0 || p.top_k < 1 ||
+          p.top_k > kDirectMaxK)
+        return internal_error("sm90: direct GEMM1 with split-K ", split, ", tail_of ", p.tail_of, ", overlap ",
+                              p.overlap, ", w4a4 ", p.w4a4, ", weight on input ", p.weight_on_input, ", H ",
+                              p.hidden, ", top_k ", p.top_k);
+      return launch_kernel<T, true>(p, grid, stream);
+    } else {
+      return internal_error("sm90: no direct GEMM1 for config BN", T::kBN, "_C", T::kConsumers, " (GEMM",
+                            T::kGemm1 ? 1 : 2, ")");
+    }
+  }
+  return launch_kernel<T, false>(p, grid, stream);
 }
 
 template <class T>

@@ -25,6 +25,7 @@
 #include "src/gemm/gemm_params.h"
 #include "src/gemm/sm90/ptx.cuh"
 #include "src/common/pdl.h"
+#include "src/routing/det_math.h"
 
 namespace fp4moe::sm90 {
 
@@ -525,8 +526,64 @@ __device__ __forceinline__ void consume_bucketed(const MoeGemmParams& p, const C
   consume_tile<T, T::kBN>(p, x, tc, mu, active, ps);
 }
 
-template <class T>
+// Direct GEMM1 (MoeGemmParams::direct_ids): the tile table of a one-token forward, made from the
+// routed ids in place, in tile_start's shared memory: word 0 the tiles, then for tile t its local
+// expert, first row and rows at 1 + t, 1 + kMaxK + t and 1 + 2 kMaxK + t. As the plan makes them:
+// ids out of range or of other shards get no row, each local expert of the token one tile of its
+// count of the token's ids (more than one only for a repeated id), tiles in expert order, each
+// expert's rows from the sum of the earlier experts' counts rounded up to 8. scratch: 3 kMaxK words.
+// Called by every thread of the CTA (it synchronizes).
+constexpr int kDirectMaxK = routing::kMaxTopK;
+__device__ __forceinline__ void make_direct_table(const MoeGemmParams& p, int32_t* table, int32_t* scratch) {
+  int32_t* const ids = scratch;                    // the token's ids
+  int32_t* const count = scratch + kDirectMaxK;    // k's first occurrence of a local expert: its count, else 0
+  int32_t* const local = scratch + 2 * kDirectMaxK;
+  const int k = threadIdx.x;
+  if (k < p.top_k) ids[k] = __ldcg(p.direct_ids + k);
+  __syncthreads();
+  if (k < p.top_k) {
+    const int32_t id = ids[k], e = id - p.expert_begin;
+    int32_t n = 0;
+    bool first = id >= 0 && id < p.num_experts && e >= 0 && e < p.num_local_experts;
+    for (int j = 0; j < p.top_k; ++j) {
+      n += ids[j] == id;
+      first &= !(j < k && ids[j] == id);
+    }
+    count[k] = first ? n : 0;
+    local[k] = e;
+  }
+  __syncthreads();
+  if (k < p.top_k && count[k] > 0) {
+    int32_t tile = 0, row0 = 0;
+    for (int j = 0; j < p.top_k; ++j) {
+      if (count[j] > 0 && local[j] < local[k]) tile += 1, row0 += (count[j] + 7) / 8 * 8;
+    }
+    table[1 + tile] = local[k];
+    table[1 + kDirectMaxK + tile] = row0;
+    table[1 + 2 * kDirectMaxK + tile] = count[k];
+  }
+  if (k == 0) {
+    int32_t tiles = 0;
+    for (int j = 0; j < p.top_k; ++j) tiles += count[j] > 0;
+    table[0] = tiles;
+  }
+}
+
+__device__ __forceinline__ TileCoord direct_tile(const int32_t* table, int64_t tile) {
+  if (tile >= table[0]) return {-1, 0, 0};
+  return {table[1 + tile], table[1 + kDirectMaxK + tile], table[1 + 2 * kDirectMaxK + tile]};
+}
+
+// kDirect: direct GEMM1 (MoeGemmParams::direct_ids; BN16 GEMM1 configs only): it reads nothing that
+// the plan or the permute writes (the tile table from make_direct_table, the token's row straight
+// from the hidden states), so it goes on at once, and each consumer warpgroup waits for them before
+// it exits, so that GEMM1 still completes after them, as GEMM2 and the finalize assume. Its own
+// instantiation: a runtime flag for it made ptxas spill around the warp-role split.
+template <class T, bool kDirect = false>
 __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kernel(const MoeGemmParams p) {
+  static_assert(!kDirect || (T::kGemm1 && T::kBN == 16 && !T::kRunsTails), "direct GEMM1: BN16 GEMM1 only");
+  static_assert(!kDirect || (1 + 3 * kDirectMaxK) * 4 <= T::kOffBars - T::kOffTileStart, "direct table");
+  static_assert(!kDirect || 3 * kDirectMaxK * 4 <= T::kStagingBytes, "direct table scratch");
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + T::kOffBars);
@@ -563,22 +620,29 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   // scheduled only after its wait, so that everything after it starts after the plan is complete:
   // the finalize reads the plan's pair_row before its own wait (through L2, the same hardware
   // assumption as above). A tail launch starts after that already and triggers early.
-  if (!(T::kOverlaps && p.overlap)) {
-    const bool trigger_after_wait = !T::kGemm1 && p.tail_of == 0;
-    if (!trigger_after_wait) pdl_launch_dependents();
-    pdl_wait();  // the permuted activations (GEMM1) or the intermediate (GEMM2), and the plan
-    FP4MOE_TRACE_WAITED();
-    if (trigger_after_wait) pdl_launch_dependents();
-  } else if constexpr (T::kGemm1) {
-    pdl_wait();
+  if constexpr (kDirect) {
+    // (The table's scratch: the staging of the epilogues, unused until then.)
+    make_direct_table(p, tile_start, reinterpret_cast<int32_t*>(smem + T::kOffStaging));
+    pdl_launch_dependents();
     FP4MOE_TRACE_WAITED();
   } else {
-    pdl_launch_dependents();
+    if (!(T::kOverlaps && p.overlap)) {
+      const bool trigger_after_wait = !T::kGemm1 && p.tail_of == 0;
+      if (!trigger_after_wait) pdl_launch_dependents();
+      pdl_wait();  // the permuted activations (GEMM1) or the intermediate (GEMM2), and the plan
+      FP4MOE_TRACE_WAITED();
+      if (trigger_after_wait) pdl_launch_dependents();
+    } else if constexpr (T::kGemm1) {
+      pdl_wait();
+      FP4MOE_TRACE_WAITED();
+    } else {
+      pdl_launch_dependents();
+    }
+    const int32_t* plan_tiles = T::kRunsTails && p.tail_of > 0 ? p.ws.tail_start : p.ws.tile_start;
+    for (int i = threadIdx.x; i <= p.num_local_experts; i += blockDim.x) tile_start[i] = __ldcg(&plan_tiles[i]);
   }
-  const int32_t* plan_tiles = T::kRunsTails && p.tail_of > 0 ? p.ws.tail_start : p.ws.tile_start;
-  for (int i = threadIdx.x; i <= p.num_local_experts; i += blockDim.x) tile_start[i] = __ldcg(&plan_tiles[i]);
   __syncthreads();
-  if constexpr (T::kGemm1 && T::kOverlaps) {
+  if constexpr (T::kGemm1 && T::kOverlaps && !kDirect) {
     if (p.overlap) pdl_launch_dependents();
   }
 
@@ -586,7 +650,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   const int64_t k_units = g.k_units();
   const int m_units = int(g.m_units());
   const int m_blocks = (m_units + T::kConsumers - 1) / T::kConsumers;
-  const int64_t num_tiles = int64_t(tile_start[p.num_local_experts]) * m_blocks;
+  const int64_t num_tiles = int64_t(kDirect ? tile_start[0] : tile_start[p.num_local_experts]) * m_blocks;
   // Split-K (BN16 only; the host keeps num_tiles * split <= kMaxSplitUnits): work unit w is range
   // w % split of tile w / split, chunks [r * k_units / split, (r + 1) * k_units / split).
   // (select_split_k keeps num_tiles * split <= kMaxSplitUnits for every routing and split <= k_units / 4;
@@ -609,7 +673,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
       const int64_t t = w / split;
       const int64_t k0 = k_begin(w % split), k1 = k_begin(w % split + 1);
       const int32_t token_tile = int32_t(t / m_blocks);
-      const TileCoord tc = find_tile<T::kRunsTails>(p, tile_start, token_tile);
+      const TileCoord tc =
+          kDirect ? direct_tile(tile_start, token_tile) : find_tile<T::kRunsTails>(p, tile_start, token_tile);
       if constexpr (!T::kGemm1) {
         if (T::kOverlaps && p.overlap && token_tile != ready_tile) {
           ready_tile = token_tile;
@@ -618,16 +683,29 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
       }
       const int mb = int(t % m_blocks);
       const int valid_units = min(T::kConsumers, m_units - mb * T::kConsumers);
-      const uint32_t b_bytes = uint32_t(tile_bucket<T>(tc.rows)) * 128;
+      const uint32_t b_bytes = kDirect ? uint32_t(tc.rows) * 128 : uint32_t(tile_bucket<T>(tc.rows)) * 128;
       const uint32_t w_bytes = valid_units * layout::kUnitBytes;
       for (int64_t ku = k0; ku < k1; ku += T::kChunks) {
         const int n = k1 - ku < T::kChunks ? int(k1 - ku) : T::kChunks;  // chunks in this stage
         mbar_wait(&empty[ps.stage], ps.phase ^ 1);
         mbar_arrive_expect_tx(&full[ps.stage], uint32_t(n) * (b_bytes + w_bytes));
         const int slot0 = ps.stage * T::kChunks;
-        for (int c = 0; c < n; ++c)
-          bulk_g2s(smem + T::kOffB + (slot0 + c) * T::kBTileBytes,
-                   act + ((ku + c) * p.layout.rows_cap + tc.row0) * 128, b_bytes, &full[ps.stage], pol_act);
+        if constexpr (kDirect) {
+          // The token's row of each chunk, straight from the hidden states: row 0's 128-byte swizzle is
+          // the identity. A repeated id's further rows (the same token) go 16 bytes at a time to their
+          // swizzled places. The tile's other rows keep what they held: their columns are never stored.
+          for (int c = 0; c < n; ++c) {
+            uint8_t* const dst = smem + T::kOffB + (slot0 + c) * T::kBTileBytes;
+            const uint8_t* const src = reinterpret_cast<const uint8_t*>(p.direct_x) + (ku + c) * 128;
+            bulk_g2s(dst, src, 128, &full[ps.stage], pol_act);
+            for (int i = 8; i < 8 * tc.rows; ++i)  // piece i % 8 of row i / 8
+              bulk_g2s(dst + (i / 8) * 128 + ((i ^ (i / 8)) % 8) * 16, src + (i % 8) * 16, 16, &full[ps.stage], pol_act);
+          }
+        } else {
+          for (int c = 0; c < n; ++c)
+            bulk_g2s(smem + T::kOffB + (slot0 + c) * T::kBTileBytes,
+                     act + ((ku + c) * p.layout.rows_cap + tc.row0) * 128, b_bytes, &full[ps.stage], pol_act);
+        }
         // The tile's units of one K chunk are contiguous (unit groups, weight_layout.h): one copy; those
         // of the stage's two chunks too when the m-block is a whole unit group (then one copy for both).
         const uint8_t* w0 = weights + g.unit_offset(tc.expert, mb * T::kConsumers, ku);
@@ -671,12 +749,16 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
     x.split_index = int(w % split);
     x.k_units = __shfl_sync(0xffffffffu, int(k_begin(x.split_index + 1) - k_begin(x.split_index)), 0);
     x.token_tile = int(t / m_blocks);
-    TileCoord tc = find_tile<T::kRunsTails>(p, tile_start, x.token_tile);
+    TileCoord tc =
+        kDirect ? direct_tile(tile_start, x.token_tile) : find_tile<T::kRunsTails>(p, tile_start, x.token_tile);
     tc.rows = __shfl_sync(0xffffffffu, tc.rows, 0);
     const int mu = int(t % m_blocks) * T::kConsumers + x.c;
     const bool active = __shfl_sync(0xffffffffu, int(mu < m_units), 0) != 0;
     const int bucket = __shfl_sync(0xffffffffu, tile_bucket<T>(tc.rows), 0);
     consume_bucketed<T>(p, x, tc, mu, active, bucket, ps);
+  }
+  if constexpr (kDirect) {
+    if (tid == 0) pdl_wait();  // the plan and the permute complete before GEMM1 does
   }
 }
 
