@@ -433,9 +433,9 @@ TEST(MoeGpu, EveryCompiledSm90ConfigGivesTheSameBits) {
 
 // The README's promise: a token's output bits do not depend on the rest of the batch. The first
 // tokens of a 300-token batch (BN32 tiles on a 132-SM H200; the plan and the permute apart)
-// forwarded alone (T=1: a decode config, the plan and the permute in one kernel) and with a few
-// more (T=9: 72 routed pairs, past the fused kernel's 64) must give exactly the rows they got in the
-// batch, in both modes.
+// forwarded alone (T=1: a decode config, the plan and the permute in one kernel; with precomputed
+// routing also direct GEMM1) and with a few more (T=9: 72 routed pairs, fused; T=17: 136, past the
+// fused kernel's 128) must give exactly the rows they got in the batch, in both modes.
 TEST(MoeGpu, OutputBitsDoNotDependOnTheBatch) {
   FP4MOE_REQUIRE_GPU();
   for (Mode mode : {Mode::kW4A16, Mode::kW4A4}) {
@@ -461,7 +461,7 @@ TEST(MoeGpu, OutputBitsDoNotDependOnTheBatch) {
     double norm = 0;
     for (int64_t i = 0; i < 9 * H; ++i) norm += std::fabs(double(bf16_to_float(batch.out[size_t(i)])));
     ASSERT_GT(norm, 0.0) << to_string(mode) << ": the batch's first rows are all zero";
-    for (int64_t t : {int64_t(1), int64_t(9)}) {
+    for (int64_t t : {int64_t(1), int64_t(9), int64_t(17)}) {
       const std::vector<uint16_t> h(hidden.begin(), hidden.begin() + t * H);
       const std::vector<float> l(logits.begin(), logits.begin() + t * E);
       GpuRun few;
@@ -471,6 +471,14 @@ TEST(MoeGpu, OutputBitsDoNotDependOnTheBatch) {
         EXPECT_EQ(std::memcmp(few.out.data() + r * H, batch.out.data() + r * H, size_t(H) * 2), 0)
             << to_string(mode) << ": token " << r << " alone in a batch of " << t << " differs from T=" << T;
     }
+    // The first token with the batch's routing given (precomputed: direct GEMM1 in w4a16).
+    const std::vector<int32_t> ids(batch.ids.begin(), batch.ids.begin() + p.top_k());
+    const std::vector<float> w(batch.weights.begin(), batch.weights.begin() + p.top_k());
+    GpuRun one;
+    run_forward(*layer, std::vector<uint16_t>(hidden.begin(), hidden.begin() + H), {}, 1, &one, &ids, &w);
+    ASSERT_FALSE(HasFatalFailure());
+    EXPECT_EQ(std::memcmp(one.out.data(), batch.out.data(), size_t(H) * 2), 0)
+        << to_string(mode) << ": token 0 with precomputed routing alone differs from T=" << T;
   }
 }
 
@@ -479,23 +487,30 @@ TEST(MoeGpu, OutputBitsDoNotDependOnTheBatch) {
 // plan's tables and the permuted row): the same bits, and the reference. Routings: distinct ids; a
 // repeated id (two rows of one expert: the further row's pieces copied to their swizzled places);
 // ids out of range (no row, reported like the plan's); with an expert shard, none, some or all of
-// the token's experts local. Scaled DeepSeek-R1 would overlap GEMM1 and GEMM2 at T=1, which direct
-// GEMM1 turns off.
+// the token's experts local; at top-16, one id 16 times (rows in both 8-row swizzle atoms) and 9
+// times. Each through both BN16 configs (the scaled layers pick the 2-consumer one; full-size
+// DeepSeek-R1 the 4-consumer one), with the GEMM1/GEMM2 overlap where select_gemm_overlap picks it.
 TEST(MoeGpu, DirectGemm1AtOneTokenGivesTheBitsOfThePlannedPath) {
   FP4MOE_REQUIRE_GPU();
   struct Layer {
     std::string preset;
     int factor;
     int ep_rank, ep_size, tp_rank, tp_size;
+    int top_k;  // 0: the preset's
   };
-  const Layer layers[] = {{"deepseek-r1", 16, 0, 1, 0, 1},  {"qwen3-30b-a3b", 4, 0, 1, 0, 1},
-                          {"mixtral-8x7b", 16, 0, 1, 0, 1}, {"deepseek-r1", 16, 1, 2, 0, 1},
-                          {"qwen3-30b-a3b", 4, 0, 1, 1, 2}};
+  const Layer layers[] = {{"deepseek-r1", 16, 0, 1, 0, 1, 0},  {"qwen3-30b-a3b", 4, 0, 1, 0, 1, 0},
+                          {"mixtral-8x7b", 16, 0, 1, 0, 1, 0}, {"deepseek-r1", 16, 1, 2, 0, 1, 0},
+                          {"qwen3-30b-a3b", 4, 0, 1, 1, 2, 0}, {"qwen3-30b-a3b", 4, 0, 1, 0, 1, 16}};
+  std::vector<std::string> bn16;
+  for (const std::string& name : MoeLayer::sm90_config_names())
+    if (name.rfind("BN16_", 0) == 0) bn16.push_back(name);
+  ASSERT_EQ(bn16.size(), 2u) << "the BN16 configs (4 and 2 consumers)";
   for (const Layer& l : layers) {
     MoeProblem full;
     ASSERT_OK(get_preset(l.preset, &full));
     MoeProblem p = scaled_preset(full, l.factor);
     p.max_tokens = 4;
+    if (l.top_k > 0) p.routing.top_k = l.top_k;
     ASSERT_EQ(p.hidden_size % 64, 0) << p.name << ": direct GEMM1 needs H a multiple of 64";
     const uint64_t seed = testing::test_seed() + 31;
     const HostMoeWeights hw = make_random_weights(p, seed);
@@ -531,10 +546,18 @@ TEST(MoeGpu, DirectGemm1AtOneTokenGivesTheBitsOfThePlannedPath) {
       std::vector<int32_t> rep = ids;
       rep.back() = rep.front();
       routings.push_back({"a repeated id", rep, 0});
+      // (One id of a top-2 layer, two of the others: a valid one stays, so the output is not zero.)
       std::vector<int32_t> bad = ids;
-      bad.front() = -1;
       bad.back() = E + 5;
-      routings.push_back({"ids out of range", bad, 2});
+      if (K > 2) bad.front() = -1;
+      routings.push_back({"ids out of range", bad, K > 2 ? 2 : 1});
+      // (every id a valid local one in the layers without an expert shard: the output is not zero)
+    }
+    if (K >= 16) {
+      routings.push_back({"one id 16 times", std::vector<int32_t>(size_t(K), ids[3]), 0});
+      std::vector<int32_t> nine = ids;
+      std::fill(nine.begin() + 7, nine.end(), ids[0]);
+      routings.push_back({"one id 9 times", nine, 0});
     }
     if (l.ep_size > 1) {
       std::vector<int32_t> other, mine;
@@ -555,8 +578,18 @@ TEST(MoeGpu, DirectGemm1AtOneTokenGivesTheBitsOfThePlannedPath) {
       DeviceBuffer<uint16_t> dh(hidden);
       DeviceBuffer<int32_t> dids(r.ids);
       DeviceBuffer<float> dw(w);
-      GpuRun a, b;
-      for (auto [layer, run] : {std::pair{direct.get(), &a}, std::pair{planned.get(), &b}}) {
+      GpuRun b;
+      std::vector<GpuRun> a(bn16.size());
+      for (size_t c = 0; c <= bn16.size(); ++c) {
+        MoeLayer* const layer = c < bn16.size() ? direct.get() : planned.get();
+        GpuRun* const run = c < bn16.size() ? &a[c] : &b;
+        if (c < bn16.size()) {
+          ASSERT_OK(direct->force_sm90_config(bn16[c]));
+          EXPECT_NE(direct->kernel_info(1).gemm1.find("direct"), std::string::npos)
+              << what << " " << bn16[c] << ": " << direct->kernel_info(1).gemm1;
+        } else {
+          EXPECT_EQ(planned->kernel_info(1).gemm1.find("direct"), std::string::npos) << planned->kernel_info(1).gemm1;
+        }
         DeviceBuffer<uint16_t> dout(static_cast<size_t>(H));  // poisoned (0xffff, a NaN)
         ForwardArgs fa;
         fa.hidden = dh.get();
@@ -577,15 +610,19 @@ TEST(MoeGpu, DirectGemm1AtOneTokenGivesTheBitsOfThePlannedPath) {
         run->ids = r.ids;
         run->weights = w;
       }
-      EXPECT_EQ(std::memcmp(a.out.data(), b.out.data(), a.out.size() * 2), 0) << what << ": direct GEMM1 differs";
-      if (r.name == "no local expert") {
-        for (uint16_t v : a.out) ASSERT_EQ(v & 0x7fff, 0) << what << ": a shard without the token's experts adds 0";
+      for (size_t c = 0; c < bn16.size(); ++c)
+        EXPECT_EQ(std::memcmp(a[c].out.data(), b.out.data(), b.out.size() * 2), 0)
+            << what << ": direct GEMM1 with " << bn16[c] << " differs";
+      bool any_local = false;
+      for (int32_t id : r.ids) any_local |= id >= local_begin && id < local_end;
+      if (!any_local) {
+        for (uint16_t v : b.out) ASSERT_EQ(v & 0x7fff, 0) << what << ": a shard without the token's experts adds 0";
       } else {
         // (The reference refuses ids out of range: there they become expert 0 with weight 0, which
         // adds exact zeros.)
         for (int k = 0; k < K; ++k)
-          if (a.ids[size_t(k)] < 0 || a.ids[size_t(k)] >= E) a.ids[size_t(k)] = 0, a.weights[size_t(k)] = 0.0f;
-        expect_matches_reference(p, shard, spec, hidden, a, 1, what);
+          if (b.ids[size_t(k)] < 0 || b.ids[size_t(k)] >= E) b.ids[size_t(k)] = 0, b.weights[size_t(k)] = 0.0f;
+        expect_matches_reference(p, shard, spec, hidden, b, 1, what);
       }
     }
   }

@@ -52,12 +52,12 @@ struct MoeGemmParams {
   // counts its finished weight units per token tile in ws.tile_done, and GEMM2, which then does not
   // wait for GEMM1 as a whole, starts a token tile's rows once all of GEMM1's units of it are in.
   bool overlap = false;
-  // Direct GEMM1 (sm90 BN16; set by MoeLayer::forward for a one-token forward with precomputed
-  // routing in w4a16 without input weighting, split-K or tails, and H a multiple of 64): GEMM1 makes
-  // the tile table from the routed ids itself and reads the token's hidden row in place, so it waits
-  // for neither the plan nor the permute (one thread waits, so that GEMM1 completes after them and,
-  // with the overlap, triggers GEMM2 only then). The fused plan-and-permute still runs, for GEMM2
-  // and the finalize. With an id out of range or repeated, GEMM1 uses the plan's tables as usual.
+  // Direct GEMM1 (sm90 BN16, moe_gemm_sm90_kernel<T, true>; set by MoeLayer::forward for a one-token
+  // forward with precomputed routing in w4a16 without input weighting, split-K or tails, and H a
+  // multiple of 64): GEMM1 makes the tile table from the routed ids itself (as the plan would, also
+  // for ids out of range or repeated) and reads the token's hidden row in place, so it waits for
+  // neither the plan nor the permute, which still run, for GEMM2 and the finalize. GEMM1 still
+  // completes after them, and with the overlap lets GEMM2 be scheduled only after them.
   const int32_t* direct_ids = nullptr;  // [top_k], the user's routed ids
   const uint16_t* direct_x = nullptr;   // [hidden] bf16, 16-byte aligned
   int num_experts = 0;                  // global expert count, and the first local expert's id

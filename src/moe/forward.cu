@@ -92,6 +92,14 @@ struct MoeLayer::Impl {
     if (split_k(num_tokens, c1, true) > 1 || split_k(num_tokens, c2, false) > 1) return false;
     return sm90::select_gemm_overlap(config_input(num_tokens), c1, weights.g1.m_units());
   }
+  // Whether GEMM1 runs direct (LayerOptions::direct_gemm1, MoeGemmParams::direct_ids) for a forward of
+  // num_tokens with precomputed routing and GEMM1 config c1: one token, w4a16 without input
+  // weighting, a BN16 config without split-K or tails, H a multiple of 64.
+  bool direct_gemm1(int64_t num_tokens, const sm90::Sm90Config& c1) const {
+    return options.direct_gemm1 && path == KernelPath::kSm90 && num_tokens == 1 && problem.mode == Mode::kW4A16 &&
+           !problem.apply_router_weight_on_input() && c1.tile_tokens == 16 && split_k(num_tokens, c1, true) == 1 &&
+           !tail_config(c1) && problem.hidden_size % layout::kUnitK == 0 && problem.top_k() <= routing::kMaxTopK;
+  }
   // Split-K ranges of GEMM1 (gemm1) or GEMM2 for a forward of num_tokens with config c (1: none).
   int split_k(int64_t num_tokens, const sm90::Sm90Config& c, bool gemm1) const {
     if (!options.split_k || path != KernelPath::kSm90) return 1;
@@ -209,7 +217,8 @@ KernelInfo MoeLayer::kernel_info(int64_t num_tokens) const {
     // (the tail launches run only where an expert can hold more than one tile of rows)
     const auto tail = num_tokens * impl_->problem.top_k() > c1.tile_tokens ? impl_->tail_config(c1) : std::nullopt;
     const std::string tail_name = tail ? ", tail " + tail->name() : std::string();
-    k.gemm1 = "sm90_moe_gemm1_wgmma_rs(" + c1.name() + split(c1, true) + tail_name + ")";
+    k.gemm1 = "sm90_moe_gemm1_wgmma_rs(" + c1.name() + split(c1, true) + tail_name +
+              (impl_->direct_gemm1(num_tokens, c1) ? ", direct with precomputed routing" : "") + ")";
     const bool overlap = impl_->gemm_overlap(num_tokens, c1, c2);
     k.gemm2 = "sm90_moe_gemm2_wgmma_rs(" + c2.name() + split(c2, false) + tail_name +
               (overlap ? ", overlaps GEMM1" : "") + ")";
@@ -403,12 +412,8 @@ Status MoeLayer::forward(const ForwardArgs& a, void* workspace, size_t workspace
     }
     // Direct GEMM1 (LayerOptions::direct_gemm1, MoeGemmParams::direct_ids): one token whose routed
     // ids are in memory before the forward's first kernel (precomputed routing, read in place).
-    // It runs without the overlap (GEMM2 then waits for GEMM1 as a whole).
     MoeGemmParams g1 = g;
-    if (m.options.direct_gemm1 && T == 1 && !a.router_logits && !g.w4a4 && !g.weight_on_input &&
-        cfg1.tile_tokens == 16 && g.split_k1 == 1 && !tail && p.hidden_size % layout::kUnitK == 0 &&
-        K <= routing::kMaxTopK) {
-      g.overlap = g1.overlap = false;
+    if (!a.router_logits && m.direct_gemm1(T, cfg1)) {
       g1.direct_ids = a.topk_ids;
       g1.direct_x = a.hidden;
       g1.num_experts = p.num_experts();

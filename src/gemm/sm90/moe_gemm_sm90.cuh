@@ -237,7 +237,7 @@ struct ConsumerCtx {
 };
 
 // One tile of one consumer warpgroup with a wgmma N of kN: the K loop and the epilogue.
-template <class T, int kN>
+template <class T, int kN, bool kDirect>
 __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const ConsumerCtx& x, const TileCoord& tc,
                                              int mu, bool active, PipeState& ps) {
   constexpr int kAcc = kN / 2;
@@ -467,7 +467,13 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
     named_barrier_sync(bar_id, 128);  // staging is reused by the next tile
     if (T::kOverlaps && p.overlap && tid == 0) {
       // This unit of the token tile is in: GEMM2 may read its rows. After the barrier, thread 0's
-      // fence (cumulative) releases the warpgroup's stores before the count.
+      // fence (cumulative) releases the warpgroup's stores before the count. (Direct GEMM1 waits
+      // for the plan first, which zeroes the counts, long done by the end of a tile, and only then
+      // lets GEMM2 be scheduled: kernel end.)
+      if constexpr (kDirect) {
+        pdl_wait();
+        pdl_launch_dependents();
+      }
       __threadfence();
       atomicAdd(&p.ws.tile_done[x.token_tile], 1);
     }
@@ -517,13 +523,13 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
 }
 
 // Runs consume_tile with the wgmma N the tile's bucket asks for (kBN or kSmallN).
-template <class T>
+template <class T, bool kDirect>
 __device__ __forceinline__ void consume_bucketed(const MoeGemmParams& p, const ConsumerCtx& x, const TileCoord& tc,
                                                  int mu, bool active, int bucket, PipeState& ps) {
   if constexpr (T::kSmallN > 0) {
-    if (bucket == T::kSmallN) return consume_tile<T, T::kSmallN>(p, x, tc, mu, active, ps);
+    if (bucket == T::kSmallN) return consume_tile<T, T::kSmallN, kDirect>(p, x, tc, mu, active, ps);
   }
-  consume_tile<T, T::kBN>(p, x, tc, mu, active, ps);
+  consume_tile<T, T::kBN, kDirect>(p, x, tc, mu, active, ps);
 }
 
 // Direct GEMM1 (MoeGemmParams::direct_ids): the tile table of a one-token forward, made from the
@@ -576,14 +582,18 @@ __device__ __forceinline__ TileCoord direct_tile(const int32_t* table, int64_t t
 
 // kDirect: direct GEMM1 (MoeGemmParams::direct_ids; BN16 GEMM1 configs only): it reads nothing that
 // the plan or the permute writes (the tile table from make_direct_table, the token's row straight
-// from the hidden states), so it goes on at once, and each consumer warpgroup waits for them before
-// it exits, so that GEMM1 still completes after them, as GEMM2 and the finalize assume. Its own
-// instantiation: a runtime flag for it made ptxas spill around the warp-role split.
+// from the hidden states), so it goes on at once. Each consumer warpgroup waits for them before it
+// exits (a wait in the idle producer threads made ptxas spill), so that GEMM1 still completes after
+// them, as GEMM2 and the finalize assume. With the overlap, GEMM2 reads the plan's tables without
+// waiting for GEMM1: each CTA lets it be scheduled only after such a wait (at its first tile's
+// epilogue, or at its end). Its own instantiation: a runtime flag for it made ptxas spill around
+// the warp-role split.
 template <class T, bool kDirect = false>
 __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kernel(const MoeGemmParams p) {
   static_assert(!kDirect || (T::kGemm1 && T::kBN == 16 && !T::kRunsTails), "direct GEMM1: BN16 GEMM1 only");
   static_assert(!kDirect || (1 + 3 * kDirectMaxK) * 4 <= T::kOffBars - T::kOffTileStart, "direct table");
   static_assert(!kDirect || 3 * kDirectMaxK * 4 <= T::kStagingBytes, "direct table scratch");
+  static_assert(!kDirect || kDirectMaxK <= T::kBN, "direct GEMM1: one tile an expert (an id at most top_k times)");
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + T::kOffBars);
@@ -623,8 +633,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   if constexpr (kDirect) {
     // (The table's scratch: the staging of the epilogues, unused until then.)
     make_direct_table(p, tile_start, reinterpret_cast<int32_t*>(smem + T::kOffStaging));
-    pdl_launch_dependents();
-    FP4MOE_TRACE_WAITED();
+    if (!p.overlap) pdl_launch_dependents();  // (with the overlap, after a wait: below)
+    FP4MOE_TRACE_WAITED();  // (no wait here: the trace's "waited" is when the table is ready)
   } else {
     if (!(T::kOverlaps && p.overlap)) {
       const bool trigger_after_wait = !T::kGemm1 && p.tail_of == 0;
@@ -755,10 +765,13 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
     const int mu = int(t % m_blocks) * T::kConsumers + x.c;
     const bool active = __shfl_sync(0xffffffffu, int(mu < m_units), 0) != 0;
     const int bucket = __shfl_sync(0xffffffffu, tile_bucket<T>(tc.rows), 0);
-    consume_bucketed<T>(p, x, tc, mu, active, bucket, ps);
+    consume_bucketed<T, kDirect>(p, x, tc, mu, active, bucket, ps);
   }
   if constexpr (kDirect) {
-    if (tid == 0) pdl_wait();  // the plan and the permute complete before GEMM1 does
+    if (tid == 0) {
+      pdl_wait();  // the plan and the permute complete before GEMM1 does (also in a CTA without a tile)
+      if (p.overlap) pdl_launch_dependents();
+    }
   }
 }
 
