@@ -373,6 +373,9 @@ Status MoeLayer::forward(const ForwardArgs& a, void* workspace, size_t workspace
   pp.layout = m.ws_layout;
   pp.ws = ws;
   pp.plan_is_first = !(a.router_logits && T > 0);
+  // Direct GEMM1 (below) reads the token's row itself: the plan runs alone, in one CTA.
+  const bool direct = m.path == KernelPath::kSm90 && !a.router_logits && m.direct_gemm1(T, cfg.first);
+  pp.plan_only = direct;
   FP4MOE_RETURN_IF_ERROR(launch_plan_and_permute(pp, stream));
   if (T == 0) return Status::Ok();
 
@@ -413,7 +416,7 @@ Status MoeLayer::forward(const ForwardArgs& a, void* workspace, size_t workspace
     // Direct GEMM1 (LayerOptions::direct_gemm1, MoeGemmParams::direct_ids): one token whose routed
     // ids are in memory before the forward's first kernel (precomputed routing, read in place).
     MoeGemmParams g1 = g;
-    if (!a.router_logits && m.direct_gemm1(T, cfg1)) {
+    if (direct) {
       g1.direct_ids = a.topk_ids;
       g1.direct_x = a.hidden;
       g1.num_experts = p.num_experts();

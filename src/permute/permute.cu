@@ -417,7 +417,7 @@ __global__ void __launch_bounds__(kRowThreads) plan_permute_kernel(PermuteParams
   const int num_local = p.num_local_experts;
   const int num_pairs = int(p.num_tokens * p.top_k);
   const bool tables = blockIdx.x == 0 && blockIdx.y == 0;
-  const RowShare share = load_row_share(p, pair);  // before the wait
+  const RowShare share = p.plan_only ? RowShare{} : load_row_share(p, pair);  // before the wait
   for (int e = threadIdx.x; e < num_local; e += blockDim.x) smem_first[e] = 0;
   if (threadIdx.x == 0) bad_ids = 0;
   pdl_launch_dependents();
@@ -481,6 +481,24 @@ __global__ void __launch_bounds__(kRowThreads) plan_permute_kernel(PermuteParams
     zero_tile_done(p, total.tiles);
   }
   __syncthreads();
+  if (p.plan_only) {
+    // One CTA (PermuteParams::plan_only): every pair's row, as below, a thread per pair.
+    for (int q = tid; q < num_pairs; q += blockDim.x) {
+      const int32_t qid = ids[q], qlocal = qid - p.expert_begin;
+      int32_t row = -1;
+      if (qid >= 0 && qid < p.num_experts && qlocal >= 0 && qlocal < num_local) {
+        row = smem_first[qlocal];
+        for (int j = 0; j < q; ++j) row += ids[j] == qid;
+      }
+      p.ws.pair_row[q] = row;
+      if (row >= 0) {
+        p.ws.row_pair[row] = q;
+        p.ws.row_weight[row] = p.ws.topk_weights[q];
+        zero_h_padding(p, row, 0, 1);
+      }
+    }
+    return;
+  }
   // This CTA's pair's row: its expert's first row plus the earlier pairs of that expert.
   const int32_t id = ids[pair];
   const int local = id - p.expert_begin;
@@ -574,6 +592,8 @@ Status launch_permute(const PermuteParams& p, cudaStream_t stream) {
 
 Status launch_plan_and_permute(const PermuteParams& p, cudaStream_t stream) {
   const int64_t pairs = p.num_tokens * p.top_k;
+  if (p.plan_only && (pairs == 0 || pairs > kPlanPermuteMaxPairs))
+    return internal_error("plan: plan_only for ", pairs, " routed pairs");
   if (pairs == 0 || pairs > kPlanPermuteMaxPairs) {
     FP4MOE_RETURN_IF_ERROR(launch_plan(p, stream));
     return launch_permute(p, stream);
@@ -582,8 +602,8 @@ Status launch_plan_and_permute(const PermuteParams& p, cudaStream_t stream) {
     return internal_error("plan: tile_tokens ", p.tile_tokens, " with tail_rows ", p.tail_rows);
   const int64_t ranges = (p.layout.x_k / 16 + kRowThreads - 1) / kRowThreads;
   const size_t smem = sizeof(int32_t) * size_t(p.num_local_experts);
-  return launch_maybe_pdl(!p.plan_is_first, plan_permute_kernel, dim3(unsigned(pairs), unsigned(std::max<int64_t>(ranges, 1))),
-                          dim3(kRowThreads), smem, stream, p);
+  const dim3 grid = p.plan_only ? dim3(1) : dim3(unsigned(pairs), unsigned(std::max<int64_t>(ranges, 1)));
+  return launch_maybe_pdl(!p.plan_is_first, plan_permute_kernel, grid, dim3(kRowThreads), smem, stream, p);
 }
 
 Status launch_finalize(const PermuteParams& p, uint16_t* out, cudaStream_t stream) {

@@ -44,6 +44,10 @@ struct PermuteParams {
   // for the caller's stream, so the later kernels may read the forward's inputs (hidden) before
   // their pdl_wait().
   bool plan_is_first = false;
+  // Direct GEMM1 (MoeGemmParams::direct_ids) reads the token's row in place: no GEMM1 input rows
+  // (ws.x) to write. The fused plan-and-permute then runs as one CTA (the plan, every pair's row and
+  // router weight, the intermediate's K padding), leaving the other SMs to GEMM1.
+  bool plan_only = false;
   WorkspaceLayout layout;
   WorkspacePtrs ws;
 };
