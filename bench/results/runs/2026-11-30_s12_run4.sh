@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# GPU run (session 12, run 4). Staged on exp/direct-t1 (3a98075, on main 4774f36) with
+#   FP4MOE_STAGE_PYTHON=0 FP4MOE_STAGE_BASE=main FP4MOE_STAGE_TRACE=1 scripts/stage-gpu.sh
+# gpubin/bin = exp/direct-t1, gpubin/base = main, gpubin/trace = exp/direct-t1 traced.
+# Direct GEMM1 with the plan in one CTA (PermuteParams::plan_only). 1. scripts/gpu-try.sh:
+# test_moe_gpu, memcheck and racecheck (the direct-GEMM1 test, plan, hostile routing, batch
+# independence), the kernel timelines at T=1, the A/B against main at T=1 and DeepSeek-R1 T=8
+# (a control). 2. The same binary with and without direct GEMM1 at DeepSeek-R1 T=1.
+set -u
+o=$OUT
+FP4MOE_TRY_SANITIZE='*Direct*:*Plan*:*HostileRouting*:*Batch*' FP4MOE_TRY_AB_TIMEOUT=240 \
+  FP4MOE_TRY_TRACE="deepseek-r1:1 qwen3-30b-a3b:1" \
+  scripts/gpu-try.sh deepseek-r1:1,8 qwen3-30b-a3b:1 gpt-oss-120b:1 mixtral-8x7b:1 qwen3-235b-a22b:1
+echo "gpu-try exit $?" >> $o/try.txt
+{
+  echo "=== A/B direct GEMM1 (head) against --no-direct-gemm1 (base), the same binary"; SECONDS=0
+  FP4MOE_AB_REPS=3 FP4MOE_AB_BASE_BIN=gpubin/bin/fp4moe-bench FP4MOE_AB_BASE_ARGS=--no-direct-gemm1 \
+    timeout 100 scripts/gpu-ab.sh deepseek-r1:1 > $o/ab2.txt 2>&1
+  echo "exit $? ($SECONDS s)"; sed -n '/^base .* vs head/,$p' $o/ab2.txt
+  (cd $o && tar czf ab2.tgz ab ab2.txt && rm -rf ab ab2.txt)
+} >> $o/try.txt 2>&1
