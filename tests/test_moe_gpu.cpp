@@ -591,12 +591,8 @@ TEST(MoeGpu, DirectGemm1AtOneTokenGivesTheBitsOfThePlannedPath) {
           EXPECT_EQ(planned->kernel_info(1).gemm1.find("direct"), std::string::npos) << planned->kernel_info(1).gemm1;
         }
         DeviceBuffer<uint16_t> dout(static_cast<size_t>(H));  // poisoned (0xffff, a NaN)
-        ForwardArgs fa;
-        fa.hidden = dh.get();
-        fa.topk_ids = dids.get();
-        fa.topk_weights = dw.get();
-        fa.num_tokens = 1;
-        fa.out = dout.get();
+        const ForwardArgs fa{
+            .hidden = dh.get(), .topk_ids = dids.get(), .topk_weights = dw.get(), .num_tokens = 1, .out = dout.get()};
         ASSERT_OK(layer->forward(fa, ws.get(), ws.size(), nullptr));
         CUDA_ASSERT(cudaDeviceSynchronize());
         const Status errors = layer->check_device_errors(ws.get(), nullptr);
