@@ -51,9 +51,9 @@ struct LayerOptions {
   // on the SMs GEMM1's last round leaves idle. Same bits either way; off only to measure it.
   bool gemm_overlap = true;
   // Direct GEMM1 (sm90, one token, precomputed routing, w4a16 without input weighting, H a multiple
-  // of 64, the 16-token decode config without split-K): GEMM1 reads the token's routed ids and
-  // hidden row in place instead of waiting for the plan and the permute, which still run beside it
-  // for GEMM2 and the combine. Same bits either way (also for ids out of range or repeated); off
+  // of 64, top_k <= 16, a 16-token (BN16) decode config without split-K): GEMM1 reads the token's
+  // routed ids and hidden row in place instead of waiting for the plan and the permute. The permute
+  // does not run; the plan runs beside GEMM1 in one CTA, for GEMM2 and the combine. Same bits either way (also for ids out of range or repeated); off
   // only to measure it. KernelInfo::gemm1 says ", direct with precomputed routing" where it applies.
   bool direct_gemm1 = true;
 };

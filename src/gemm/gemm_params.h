@@ -56,8 +56,9 @@ struct MoeGemmParams {
   // forward with precomputed routing in w4a16 without input weighting, split-K or tails, and H a
   // multiple of 64): GEMM1 makes the tile table from the routed ids itself (as the plan would, also
   // for ids out of range or repeated) and reads the token's hidden row in place, so it waits for
-  // neither the plan nor the permute, which still run, for GEMM2 and the finalize. GEMM1 still
-  // completes after them, and with the overlap lets GEMM2 be scheduled only after them.
+  // neither the plan nor the permute. The permute does not run (PermuteParams::plan_only); the plan
+  // runs in one CTA, for GEMM2 and the finalize. GEMM1 still completes after the plan, and with the
+  // overlap lets GEMM2 be scheduled only after it.
   const int32_t* direct_ids = nullptr;  // [top_k], the user's routed ids
   const uint16_t* direct_x = nullptr;   // [hidden] bf16, 16-byte aligned
   int num_experts = 0;                  // global expert count, and the first local expert's id
