@@ -62,8 +62,8 @@ Status launch_traits(const MoeGemmParams& p, int num_sms, cudaStream_t stream) {
       if (split > 1 || p.tail_of > 0 || p.w4a4 || p.weight_on_input || !p.direct_x ||
           (reinterpret_cast<uintptr_t>(p.direct_x) & 15) != 0 || p.hidden % layout::kUnitK != 0 || p.top_k < 1 ||
           p.top_k > kDirectMaxK)
-        return internal_error("sm90: direct GEMM1 with split-K ", split, ", tail_of ", p.tail_of, ", w4a4 ", p.w4a4, ", weight on input ", p.weight_on_input, ", H ",
-                              p.hidden, ", top_k ", p.top_k);
+        return internal_error("sm90: direct GEMM1 with split-K ", split, ", tail_of ", p.tail_of, ", w4a4 ", p.w4a4,
+                              ", weight on input ", p.weight_on_input, ", H ", p.hidden, ", top_k ", p.top_k);
       return launch_kernel<T, true>(p, grid, stream);
     } else {
       return internal_error("sm90: no direct GEMM1 for config BN", T::kBN, "_C", T::kConsumers, " (GEMM",

@@ -709,7 +709,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
             const uint8_t* const src = reinterpret_cast<const uint8_t*>(p.direct_x) + (ku + c) * 128;
             bulk_g2s(dst, src, 128, &full[ps.stage], pol_act);
             for (int i = 8; i < 8 * tc.rows; ++i)  // piece i % 8 of row i / 8
-              bulk_g2s(dst + (i / 8) * 128 + ((i ^ (i / 8)) % 8) * 16, src + (i % 8) * 16, 16, &full[ps.stage], pol_act);
+              bulk_g2s(dst + (i / 8) * 128 + ((i ^ (i / 8)) % 8) * 16, src + (i % 8) * 16, 16, &full[ps.stage],
+                       pol_act);
           }
         } else {
           for (int c = 0; c < n; ++c)
