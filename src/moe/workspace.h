@@ -20,6 +20,16 @@ namespace fp4moe {
 
 constexpr int kMaxTileTokens = 256;  // the largest token tile of any GEMM config (slack rows)
 
+// The plan's rules, shared by the plan kernels and direct GEMM1 (which builds the same tables):
+// whether a routed id is an expert of this shard (false for an id out of range, which the plan
+// counts as bad, or of another shard), with *local its local index (id - expert_begin) either
+// way; and the rows of an expert's segment, its count rounded up to an atom.
+FP4MOE_HD bool is_local_expert(int32_t id, int num_experts, int expert_begin, int num_local, int* local) {
+  *local = id - expert_begin;
+  return id >= 0 && id < num_experts && *local >= 0 && *local < num_local;
+}
+FP4MOE_HD int32_t segment_rows(int32_t count) { return (count + 7) / 8 * 8; }
+
 // The plan runs in kPlanCtas CTAs (three launches) from kPlanMultiMinPairs routed pairs, else in one.
 constexpr int kPlanCtas = 64;
 constexpr int64_t kPlanMultiMinPairs = 16384;

@@ -67,7 +67,7 @@ struct PlanSums {
 __device__ __forceinline__ PlanSums expert_plan(const PermuteParams& p, int32_t count) {
   const int32_t rest = count % p.tile_tokens;
   const int32_t tail = count > p.tile_tokens && rest > 0 && rest <= p.tail_rows ? 1 : 0;
-  return {(count + 7) / 8 * 8, (count + p.tile_tokens - 1) / p.tile_tokens - tail, tail};
+  return {segment_rows(count), (count + p.tile_tokens - 1) / p.tile_tokens - tail, tail};
 }
 
 // Inclusive sums over lanes 0..lane of the warp.
@@ -125,21 +125,24 @@ __device__ __forceinline__ int32_t plan_scan(const PermuteParams& p, int32_t* co
   return tile_total;
 }
 
+// Routed pair i (id e) takes the next row of its expert from the shared cursors (pair_row, row_pair);
+// -1 for an id out of range or of another shard.
+__device__ __forceinline__ void assign_pair_row(const PermuteParams& p, int64_t i, int32_t e, int32_t* cursor) {
+  int local;
+  int32_t row = -1;
+  if (is_local_expert(e, p.num_experts, p.expert_begin, p.num_local_experts, &local)) {
+    row = atomicAdd(&cursor[local], 1);
+    p.ws.row_pair[row] = int32_t(i);
+  }
+  p.ws.pair_row[i] = row;
+}
+
 // Rows: each local pair of [begin, end) takes the next row of its expert (shared cursors; the order
 // within a segment is the order of the atomics; no result depends on it: rows are computed
 // independently and finalize sums by slot). Here rather than in the permute, so that the permute
 // can spread one row over several CTAs.
 __device__ __forceinline__ void plan_assign(const PermuteParams& p, int64_t begin, int64_t end, int32_t* cursor) {
-  const int num_local = p.num_local_experts;
-  for_each_routed_id(p, begin, end, [&](int64_t i, int32_t e) {
-    const int local = e - p.expert_begin;
-    int32_t row = -1;
-    if (e >= 0 && e < p.num_experts && local >= 0 && local < num_local) {
-      row = atomicAdd(&cursor[local], 1);
-      p.ws.row_pair[row] = int32_t(i);
-    }
-    p.ws.pair_row[i] = row;
-  });
+  for_each_routed_id(p, begin, end, [&](int64_t i, int32_t e) { assign_pair_row(p, i, e, cursor); });
 }
 
 // Zeroes the GEMMs' split-K arrival counters (every forward starts them at zero).
@@ -198,14 +201,7 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PermuteParams p) {
   for (int j = 0; j < kPlanIdsPerThread; ++j) {
     const int64_t i = threadIdx.x + int64_t(j) * kPlanThreads;
     if (i >= num_pairs) break;
-    const int32_t e = ids[j];
-    const int local = e - p.expert_begin;
-    int32_t row = -1;
-    if (e >= 0 && e < p.num_experts && local >= 0 && local < num_local) {
-      row = atomicAdd(&smem_counts[local], 1);
-      p.ws.row_pair[row] = int32_t(i);
-    }
-    p.ws.pair_row[i] = row;
+    assign_pair_row(p, i, ids[j], smem_counts);
   }
 }
 
@@ -481,40 +477,36 @@ __global__ void __launch_bounds__(kRowThreads) plan_permute_kernel(PermuteParams
     zero_tile_done(p, total.tiles);
   }
   __syncthreads();
+  // A pair's row: its expert's first row plus the earlier pairs of that expert. Its tables: pair_row,
+  // row_pair and the row's router weight (for GEMM2's epilogue, as permute_kernel).
+  auto pair_row = [&](int64_t q) {
+    int local;
+    if (!is_local_expert(ids[q], p.num_experts, p.expert_begin, num_local, &local)) return -1;
+    int32_t row = smem_first[local];
+    for (int j = 0; j < int(q); ++j) row += ids[j] == ids[q];
+    return row;
+  };
+  auto write_pair_row = [&](int64_t q, int32_t row, float w) {
+    p.ws.pair_row[q] = row;
+    if (row >= 0) {
+      p.ws.row_pair[row] = int32_t(q);
+      p.ws.row_weight[row] = w;
+    }
+  };
   if (p.plan_only) {
-    // One CTA (PermuteParams::plan_only): every pair's row, as below, a thread per pair.
+    // One CTA (PermuteParams::plan_only): every pair's row, a thread per pair, and its padding.
     for (int q = tid; q < num_pairs; q += blockDim.x) {
-      const int32_t qid = ids[q], qlocal = qid - p.expert_begin;
-      int32_t row = -1;
-      if (qid >= 0 && qid < p.num_experts && qlocal >= 0 && qlocal < num_local) {
-        row = smem_first[qlocal];
-        for (int j = 0; j < q; ++j) row += ids[j] == qid;
-      }
-      p.ws.pair_row[q] = row;
-      if (row >= 0) {
-        p.ws.row_pair[row] = q;
-        p.ws.row_weight[row] = p.ws.topk_weights[q];
-        zero_h_padding(p, row, 0, 1);
-      }
+      const int32_t row = pair_row(q);
+      write_pair_row(q, row, p.ws.topk_weights[q]);
+      if (row >= 0) zero_h_padding(p, row, 0, 1);
     }
     return;
   }
-  // This CTA's pair's row: its expert's first row plus the earlier pairs of that expert.
-  const int32_t id = ids[pair];
-  const int local = id - p.expert_begin;
-  int32_t row = -1;
-  if (id >= 0 && id < p.num_experts && local >= 0 && local < num_local) {
-    row = smem_first[local];
-    for (int j = 0; j < int(pair); ++j) row += ids[j] == id;
-  }
-  if (blockIdx.y == 0 && tid == 0) {
-    p.ws.pair_row[pair] = row;
-    if (row >= 0) {
-      p.ws.row_pair[row] = int32_t(pair);
-      p.ws.row_weight[row] = weight;  // for GEMM2's epilogue, as permute_kernel
-    }
-  }
+  // This CTA's pair's row.
+  const int32_t row = pair_row(pair);
+  if (blockIdx.y == 0 && tid == 0) write_pair_row(pair, row, weight);
   if (row < 0) return;
+  const int local = ids[pair] - p.expert_begin;
   const float gs = p.w4a4 ? p.a1_gs[local] : 1.0f;
   write_row_share(p, share, row, weight, gs);
 }

@@ -548,9 +548,10 @@ __device__ __forceinline__ void make_direct_table(const MoeGemmParams& p, int32_
   if (k < p.top_k) ids[k] = __ldcg(p.direct_ids + k);
   __syncthreads();
   if (k < p.top_k) {
-    const int32_t id = ids[k], e = id - p.expert_begin;
+    const int32_t id = ids[k];
+    int e;
+    bool first = is_local_expert(id, p.num_experts, p.expert_begin, p.num_local_experts, &e);
     int32_t n = 0;
-    bool first = id >= 0 && id < p.num_experts && e >= 0 && e < p.num_local_experts;
     for (int j = 0; j < p.top_k; ++j) {
       n += ids[j] == id;
       first &= !(j < k && ids[j] == id);
@@ -562,7 +563,7 @@ __device__ __forceinline__ void make_direct_table(const MoeGemmParams& p, int32_
   if (k < p.top_k && count[k] > 0) {
     int32_t tile = 0, row0 = 0;
     for (int j = 0; j < p.top_k; ++j) {
-      if (count[j] > 0 && local[j] < local[k]) tile += 1, row0 += (count[j] + 7) / 8 * 8;
+      if (count[j] > 0 && local[j] < local[k]) tile += 1, row0 += segment_rows(count[j]);
     }
     table[1 + tile] = local[k];
     table[1 + kDirectMaxK + tile] = row0;
