@@ -313,10 +313,10 @@ struct Row {
   double check_error = -1;
   bool check_pass = true;
   KernelInfo kernel;
-  // --trace: per kernel of src/common/trace.h, in us from the first traced kernel's start: start,
-  // first and last return from its griddepcontrol.wait (-1 where none waited), end; -1 everywhere
-  // for a kernel that did not run.
-  std::vector<std::array<double, 4>> trace;
+  // --trace: per kernel of src/common/trace.h, in us from the first traced kernel's start: first
+  // start, first and last return from its griddepcontrol.wait (-1 where none waited), last end, last
+  // start, first end; -1 everywhere for a kernel that did not run.
+  std::vector<std::array<double, 6>> trace;
 };
 
 std::vector<uint16_t> random_bf16_normal(std::mt19937_64& rng, size_t n) {
@@ -553,12 +553,14 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
     for (int k = 0; k < kTraceKernels; ++k)
       if (w[k][3] != 0) t0 = std::min(t0, ~w[k][0]);
     for (int k = 0; k < kTraceKernels; ++k) {
-      std::array<double, 4> v = {-1, -1, -1, -1};
+      std::array<double, 6> v = {-1, -1, -1, -1, -1, -1};
       if (w[k][3] != 0) {
         auto us = [&](unsigned long long t) { return double(t - t0) / 1e3; };
         v[0] = us(~w[k][0]);
         if (w[k][2] != 0) v[1] = us(~w[k][1]), v[2] = us(w[k][2]);
         v[3] = us(w[k][3]);
+        v[4] = us(w[k][4]);
+        v[5] = us(~w[k][5]);
       }
       row.trace.push_back(v);
     }
@@ -623,7 +625,7 @@ void write_json(const Options& o, const MoeProblem& p, const char* gpu, const Ce
         const auto& v = r.trace[k];
         if (v[3] < 0) continue;
         f << (first ? "" : ", ") << "\"" << kTraceKernelNames[k] << "\": [" << v[0] << ", " << v[1] << ", " << v[2]
-          << ", " << v[3] << "]";
+          << ", " << v[3] << ", " << v[4] << ", " << v[5] << "]";
         first = false;
       }
       f << "}";
@@ -792,12 +794,13 @@ int main(int argc, char** argv) {
                   r.kernel.gemm1.c_str(), r.kernel.gemm2.c_str());
 #if FP4MOE_TRACE
     if (o.trace) {
-      std::printf("        trace (us from the first kernel's start; wait = first..last return from the PDL wait)\n");
+      std::printf("        trace (us from the first kernel's start; first..last CTA start, return from the PDL "
+                  "wait and CTA end)\n");
       for (size_t k = 0; k < r.trace.size(); ++k) {
         const auto& v = r.trace[k];
         if (v[3] < 0) continue;
-        std::printf("        %-11s start %8.2f  wait %8.2f..%-8.2f  end %8.2f  (%.2f)\n", kTraceKernelNames[k], v[0],
-                    v[1], v[2], v[3], v[3] - v[0]);
+        std::printf("        %-11s start %8.2f..%-8.2f  wait %8.2f..%-8.2f  end %8.2f..%-8.2f  (%.2f)\n",
+                    kTraceKernelNames[k], v[0], v[4], v[1], v[2], v[5], v[3], v[3] - v[0]);
       }
       // The tool's own check: a kernel's wait returns only once the kernel launched before it (the
       // enum follows the launch order) has ended, as programmatic dependent launch guarantees.

@@ -1,8 +1,8 @@
 // Kernel timeline of one forward, for trace builds only (cmake -DFP4MOE_TRACE=ON; everything here
 // compiles to nothing otherwise, so the kernels of a normal build are unchanged). Each traced
 // kernel records in the workspace's trace words (WorkspaceLayout::trace), in %globaltimer
-// nanoseconds: the first CTA's start, the first and the last return from griddepcontrol.wait, and
-// the last CTA's end. `fp4moe-bench --trace` prints them for one CUDA-graph replay: where a
+// nanoseconds: the first and the last CTA's start, the first and the last return from
+// griddepcontrol.wait, and the first and the last CTA's end. `fp4moe-bench --trace` prints them for one CUDA-graph replay: where a
 // forward's time goes between kernels under programmatic dependent launch, which Nsight Compute
 // (one kernel at a time) does not show and the GPU machine has no Nsight Systems for.
 #pragma once
@@ -30,8 +30,9 @@ inline constexpr const char* kTraceKernelNames[kTraceKernels] = {
     "route", "plan", "plan_count", "plan_scan", "plan_assign", "plan_permute", "permute", "gemm1", "gemm1_tail", "gemm2", "gemm2_tail",
     "finalize"};
 // Words per kernel, all maxima so that a zeroed buffer is an empty trace: ~(first start),
-// ~(first wait return), last wait return, last end. A kernel that did not run keeps zeros.
-constexpr int kTraceWords = 4;
+// ~(first wait return), last wait return, last end, last start, ~(first end). A kernel that did not
+// run keeps zeros.
+constexpr int kTraceWords = 6;
 constexpr int kTraceBytes = kTraceKernels * kTraceWords * 8;
 
 #if defined(FP4MOE_TRACE) && FP4MOE_TRACE && defined(__CUDACC__)
@@ -54,7 +55,9 @@ class TraceCta {
   __device__ TraceCta(unsigned long long* trace, int kernel) : slot_(trace ? trace + kernel * kTraceWords : nullptr) {
     if (threadIdx.x == 0 && slot_) {
       *trace_exited_warps() = 0;
-      atomicMax(slot_ + 0, ~trace_now());
+      const uint64_t t = trace_now();
+      atomicMax(slot_ + 0, ~t);
+      atomicMax(slot_ + 4, t);
     }
     __syncthreads();
   }
@@ -67,7 +70,11 @@ class TraceCta {
   __device__ ~TraceCta() {
     if (threadIdx.x % 32 != 0 || !slot_) return;
     const int warps = int(blockDim.x + 31) / 32;
-    if (atomicAdd(trace_exited_warps(), 1) == warps - 1) atomicMax(slot_ + 3, trace_now());
+    if (atomicAdd(trace_exited_warps(), 1) == warps - 1) {
+      const uint64_t t = trace_now();
+      atomicMax(slot_ + 3, t);
+      atomicMax(slot_ + 5, ~t);
+    }
   }
 
  private:

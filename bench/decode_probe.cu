@@ -1,0 +1,273 @@
+// fp4moe-decode-probe: the sm90 decode K loop alone, with its operands already in shared memory.
+//
+// The decode GEMMs stream ~22-26 GB/s of FP4 weights per SM where the copy floor needs ~32, and no
+// pipe is saturated in ncu (docs/perf-notes.md). This probe runs the consumer's per-chunk work of
+// moe_gemm_sm90.cuh (the same decode_k16, scale codec and RS wgmma) with no producer, no barriers
+// and no global memory, one CTA per SM, in variants that take parts away:
+//   full        LDS of the codes and scales, decode, 4 wgmma a 64-wide K chunk (double-buffered A)
+//   decode      the same without the wgmma (the fragments kept live by empty asm)
+//   mma         the wgmma alone, on fragments decoded once
+//   interleave  decode and issue one k16 step at a time (a warpgroup fence before each wgmma)
+// for 1 to 8 consumer warpgroups a CTA and wgmma N of 8, 16 or 32. It prints, per variant, the
+// cycles a warpgroup takes per chunk and the weight rate that would be per SM and per GPU. A
+// diagnostic for choosing what to change in the kernels; the product's speed is fp4moe-bench's.
+//
+//   fp4moe-decode-probe [--iters N] [--reps N]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "src/gemm/sm90/moe_gemm_sm90.cuh"
+
+namespace fp4moe::sm90::probe {
+
+enum Mode : int { kFull, kDecode, kMma, kInterleave };
+constexpr const char* kModeNames[] = {"full", "decode", "mma", "interleave"};
+constexpr int kSlots = 8;  // chunk slots the loop cycles through (the kernels' stages x chunks)
+
+template <int kWGs, int kN>
+struct ProbeLayout {
+  static constexpr int kBTile = kN * 128;  // kN rows x 64 bf16, 128-byte swizzle (whole 8-row atoms)
+  static constexpr int kOffW = kSlots * kBTile;
+  static constexpr int kChunkW = kWGs * layout::kUnitBytes;
+  static constexpr int kBytes = kOffW + kSlots * kChunkW;
+  static_assert(kBTile % 1024 == 0, "whole swizzle atoms");
+};
+
+template <int kWGs, int kMode, int kN>
+__global__ void __launch_bounds__(kWGs * 128, 1)
+    decode_loop(const uint4* src, int iters, uint32_t* sink, long long* cycles) {
+  using L = ProbeLayout<kWGs, kN>;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  for (int i = threadIdx.x; i < L::kBytes / 16; i += blockDim.x) reinterpret_cast<uint4*>(smem)[i] = src[i];
+  __syncthreads();
+  const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
+  const int tid = threadIdx.x % 128;
+  const uint32_t w_base = smem_addr(smem + L::kOffW + wg * layout::kUnitBytes);
+  const uint32_t my_codes = opaque_u32(w_base + tid * 16);
+  const uint32_t my_scales = opaque_u32(w_base + layout::kUnitCodeBytes + (tid / 4) * 8);
+  const uint64_t desc0 = opaque_u64(smem_desc_k128(smem_addr(smem)));
+  const layout::ScaleCodec codec = layout::scale_codec(false);
+  constexpr int kAcc = kN / 2;
+  float acc[kAcc];
+  uint32_t a[2][4][4];
+  auto fence_frag = [&](uint32_t(&f)[4][4]) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) cute::warpgroup_fence_operand(f[j][q]);
+  };
+  auto fence_acc = [&] {
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
+  };
+  auto decode = [&](uint32_t(&f)[4][4], int slot) {
+    const uint32_t off = uint32_t(slot) * L::kChunkW;
+    const uint4 codes = lds_u32x4(my_codes + off);
+    const uint2 sc = lds_u32x2(my_scales + off);
+    const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) decode_k16(words[j], layout::scale_pair_bits(j < 2 ? sc.x : sc.y, j, codec), f[j]);
+  };
+  auto desc_of = [&](int slot) { return desc0 + uint64_t(uint32_t(slot) * (L::kBTile / 16)); };
+  auto mma = [&](const uint32_t(&f)[4], uint64_t desc, bool zero) {
+    mma_rs<typename RsMma<kN>::Op>(f, desc, acc, zero ? gmma::ScaleOut::Zero : gmma::ScaleOut::One,
+                                   std::make_index_sequence<kAcc>{});
+  };
+  if constexpr (kMode == kMma) {
+    decode(a[0], 0);
+    decode(a[1], 1);
+  }
+  // One chunk into fragment buffer kBuf (compile-time, so the buffers stay in registers).
+  auto chunk = [&](auto buf_tag, int i) {
+    constexpr int buf = decltype(buf_tag)::value;
+    const int slot = i % kSlots;
+    if constexpr (kMode == kDecode) {
+      decode(a[buf], slot);
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        asm volatile("" : "+r"(a[buf][j][0]), "+r"(a[buf][j][1]), "+r"(a[buf][j][2]), "+r"(a[buf][j][3]));
+      return;
+    }
+    if constexpr (kMode == kFull) decode(a[buf], slot);
+    if constexpr (kMode == kInterleave) {
+      const uint32_t off = uint32_t(slot) * L::kChunkW;
+      const uint4 codes = lds_u32x4(my_codes + off);
+      const uint2 sc = lds_u32x2(my_scales + off);
+      const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        decode_k16(words[j], layout::scale_pair_bits(j < 2 ? sc.x : sc.y, j, codec), a[buf][j]);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) cute::warpgroup_fence_operand(a[buf][j][q]);
+        fence_acc();
+        cute::warpgroup_arrive();
+        mma(a[buf][j], desc_of(slot) + uint64_t(2 * j), j == 0 && i == 0);
+        fence_acc();
+      }
+    } else {
+      fence_frag(a[buf]);
+      fence_acc();
+      cute::warpgroup_arrive();
+#pragma unroll
+      for (int j = 0; j < 4; ++j) mma(a[buf][j], desc_of(slot) + uint64_t(2 * j), j == 0 && i == 0);
+    }
+    cute::warpgroup_commit_batch();
+    fence_acc();
+    cute::warpgroup_wait<1>();  // the previous chunk's MMAs are done: its buffer may be rewritten
+    fence_frag(a[buf ^ 1]);
+  };
+  const long long t0 = clock64();
+  for (int i = 0; i < iters; i += 2) {
+    chunk(std::integral_constant<int, 0>{}, i);
+    chunk(std::integral_constant<int, 1>{}, i + 1);
+  }
+  cute::warpgroup_wait<0>();
+  fence_acc();
+  const long long t1 = clock64();
+  uint32_t x = 0;
+  if constexpr (kMode != kDecode) {
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) x ^= __float_as_uint(acc[i]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) x ^= a[0][j][q] ^ a[1][j][q];
+  }
+  sink[blockIdx.x * blockDim.x + threadIdx.x] = x;
+  if (tid == 0) cycles[blockIdx.x * kWGs + wg] = t1 - t0;
+}
+
+struct Result {
+  double ms, cycles_per_chunk;
+};
+
+template <int kWGs, int kMode, int kN>
+Result run(int sms, int iters, int reps, const uint4* d_src, uint32_t* d_sink, long long* d_cycles) {
+  using L = ProbeLayout<kWGs, kN>;
+  const int smem = L::kBytes + 1024;
+  auto kernel = decode_loop<kWGs, kMode, kN>;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess) {
+    std::fprintf(stderr, "error: cudaFuncSetAttribute: %s\n", cudaGetErrorString(cudaGetLastError()));
+    std::exit(1);
+  }
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  std::vector<float> times;
+  std::vector<long long> cyc(size_t(sms) * kWGs);
+  std::vector<double> per_chunk;
+  for (int r = 0; r < reps + 2; ++r) {  // two warm-up launches
+    cudaEventRecord(e0);
+    kernel<<<sms, kWGs * 128, smem>>>(d_src, iters, d_sink, d_cycles);
+    cudaEventRecord(e1);
+    if (cudaEventSynchronize(e1) != cudaSuccess || cudaGetLastError() != cudaSuccess) {
+      std::fprintf(stderr, "error: probe %s x%d N=%d failed: %s\n", kModeNames[kMode], kWGs, kN,
+                   cudaGetErrorString(cudaGetLastError()));
+      std::exit(1);
+    }
+    if (r < 2) continue;
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    times.push_back(ms);
+    cudaMemcpy(cyc.data(), d_cycles, cyc.size() * sizeof(long long), cudaMemcpyDeviceToHost);
+    std::sort(cyc.begin(), cyc.end());
+    per_chunk.push_back(double(cyc[cyc.size() / 2]) / iters);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  std::sort(times.begin(), times.end());
+  std::sort(per_chunk.begin(), per_chunk.end());
+  return {times[times.size() / 2], per_chunk[per_chunk.size() / 2]};
+}
+
+template <int kWGs, int kMode, int kN>
+void report(int sms, int iters, int reps, const uint4* d_src, uint32_t* d_sink, long long* d_cycles) {
+  const Result r = run<kWGs, kMode, kN>(sms, iters, reps, d_src, d_sink, d_cycles);
+  // Weight bytes the loop would have streamed: a 64 x 64 unit (2304 bytes) per warpgroup and chunk.
+  const double bytes_per_sm = double(kWGs) * iters * layout::kUnitBytes;
+  const double gbps_sm = bytes_per_sm / (r.ms * 1e-3) / 1e9;
+  const double ghz = r.cycles_per_chunk * iters / (r.ms * 1e-3) / 1e9;
+  std::printf("%-10s  %3d  %3d  %9.1f  %8.1f  %9.1f  %8.2f  %6.2f\n", kModeNames[kMode], kWGs, kN,
+              r.cycles_per_chunk, r.cycles_per_chunk / kWGs, gbps_sm, gbps_sm * sms / 1e3, ghz);
+}
+
+}  // namespace fp4moe::sm90::probe
+
+int main(int argc, char** argv) {
+  using namespace fp4moe::sm90::probe;
+  int iters = 20000, reps = 5;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> int {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "error: %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      const int v = std::atoi(argv[++i]);
+      if (v <= 0) {
+        std::fprintf(stderr, "error: %s = '%s' is not a positive integer\n", a.c_str(), argv[i]);
+        std::exit(2);
+      }
+      return v;
+    };
+    if (a == "--iters") iters = (value() + 1) / 2 * 2;
+    else if (a == "--reps") reps = value();
+    else {
+      std::fprintf(stderr, "usage: fp4moe-decode-probe [--iters N] [--reps N]\n");
+      return 2;
+    }
+  }
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess || prop.major != 9) {
+    std::fprintf(stderr, "error: fp4moe-decode-probe needs an sm_90 GPU\n");
+    return 1;
+  }
+  const int sms = prop.multiProcessorCount;
+  // Random operands (codes, scale codes and the token tile): the timing does not depend on them.
+  constexpr int kMaxBytes = std::max(ProbeLayout<8, 16>::kBytes, ProbeLayout<4, 32>::kBytes);
+  std::vector<uint8_t> host(kMaxBytes);
+  std::mt19937 rng(1234);
+  for (auto& b : host) b = uint8_t(rng());
+  uint4* d_src = nullptr;
+  uint32_t* d_sink = nullptr;
+  long long* d_cycles = nullptr;
+  cudaMalloc(&d_src, kMaxBytes);
+  cudaMalloc(&d_sink, size_t(sms) * 1024 * 4);
+  cudaMalloc(&d_cycles, size_t(sms) * 8 * sizeof(long long));
+  cudaMemcpy(d_src, host.data(), kMaxBytes, cudaMemcpyHostToDevice);
+  std::printf("%s, %d SMs; %d chunks a warpgroup, median of %d launches\n", prop.name, sms, iters, reps);
+  std::printf("%-10s  %3s  %3s  %9s  %8s  %9s  %8s  %6s\n", "variant", "WGs", "N", "cyc/chunk", "cyc/unit",
+              "GB/s/SM", "TB/s", "GHz");
+  report<4, kFull, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+  report<4, kDecode, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+  report<4, kMma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+  report<4, kInterleave, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+  report<8, kDecode, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+  report<6, kFull, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+  report<6, kDecode, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+  report<6, kMma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+  report<3, kFull, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+  report<2, kFull, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+  report<2, kDecode, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+  report<2, kMma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+  report<1, kFull, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+  report<1, kDecode, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+  report<1, kMma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+  report<4, kFull, 8>(sms, iters, reps, d_src, d_sink, d_cycles);
+  report<4, kMma, 8>(sms, iters, reps, d_src, d_sink, d_cycles);
+  report<4, kFull, 32>(sms, iters, reps, d_src, d_sink, d_cycles);
+  report<4, kMma, 32>(sms, iters, reps, d_src, d_sink, d_cycles);
+  cudaFree(d_src);
+  cudaFree(d_sink);
+  cudaFree(d_cycles);
+  return 0;
+}
