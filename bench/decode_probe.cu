@@ -9,7 +9,10 @@
 //   mma         the wgmma alone, on fragments decoded once
 //   interleave  decode and issue one k16 step at a time (a warpgroup fence before each wgmma)
 // for 1 to 8 consumer warpgroups a CTA and wgmma N of 8, 16 or 32. It prints, per variant, the
-// cycles a warpgroup takes per chunk and the weight rate that would be per SM and per GPU. A
+// cycles a warpgroup takes per chunk and the weight rate that would be per SM and per GPU. Then the
+// same with memory ("pipeline"): a producer thread streaming weights from a buffer larger than L2
+// through 4, 6 or 9 stages, the consumers only releasing them ("stream") or decoding and running
+// the MMAs too ("stream+mma"), as the BN16 decode kernels do without their tile logic. A
 // diagnostic for choosing what to change in the kernels; the product's speed is fp4moe-bench's.
 //
 //   fp4moe-decode-probe [--iters N] [--reps N]
@@ -146,6 +149,138 @@ __global__ void __launch_bounds__(kWGs * 128, 1)
   if (tid == 0) cycles[blockIdx.x * kWGs + wg] = t1 - t0;
 }
 
+// The kernels' pipeline without their tile logic: one producer thread streams this CTA's own slice of
+// a weight buffer larger than L2 (two chunks of kWGs units a stage, one bulk copy) and two token
+// tiles from a small buffer (L2-resident) through kStages stages; the consumers wait for each stage,
+// run the full mode's decode and MMAs on it (kCompute) or not, and release the previous stage after
+// the next one's first chunk, as consume_tile does.
+template <int kWGs, int kStages, bool kCompute>
+__global__ void __launch_bounds__((kWGs + 1) * 128, 1)
+    stream_loop(const uint8_t* weights, const uint8_t* act, int chunks, uint32_t* sink) {
+  constexpr int kN = 16, kBTile = kN * 128, kChunkW = kWGs * layout::kUnitBytes, kSlotsS = 2 * kStages;
+  constexpr int kOffW = kSlotsS * kBTile, kOffBars = kOffW + kSlotsS * kChunkW;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kOffBars);
+  uint64_t* empty = full + kStages;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s <= kStages; ++s) mbar_init(&full[s], 1), mbar_init(&empty[s], kWGs * 128);
+    fence_barrier_init();
+  }
+  __syncthreads();
+  const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
+  const int tid = threadIdx.x % 128;
+  if (wg == 0) {
+    if (tid != 0) return;
+    const uint8_t* src = weights + int64_t(blockIdx.x) * chunks * kChunkW;
+    const uint64_t pol_w = policy_evict_first(), pol_a = policy_evict_last();
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int ku = 0; ku < chunks; ku += 2) {
+      mbar_wait(&empty[stage], phase ^ 1);
+      mbar_arrive_expect_tx(&full[stage], 2 * (kBTile + kChunkW));
+      for (int c = 0; c < 2; ++c)
+        bulk_g2s(smem + (2 * stage + c) * kBTile, act + ((ku + c) % 64) * kBTile, kBTile, &full[stage], pol_a);
+      bulk_g2s(smem + kOffW + 2 * stage * kChunkW, src + int64_t(ku) * kChunkW, 2 * kChunkW, &full[stage], pol_w);
+      if (++stage == kStages) stage = 0, phase ^= 1;
+    }
+    return;
+  }
+  const int c = wg - 1;
+  const uint32_t w_base = smem_addr(smem + kOffW + c * layout::kUnitBytes);
+  const uint32_t my_codes = opaque_u32(w_base + tid * 16);
+  const uint32_t my_scales = opaque_u32(w_base + layout::kUnitCodeBytes + (tid / 4) * 8);
+  const uint64_t desc0 = opaque_u64(smem_desc_k128(smem_addr(smem)));
+  const layout::ScaleCodec codec = layout::scale_codec(false);
+  float acc[kN / 2];
+  uint32_t a[2][4][4];
+  uint32_t x = 0;
+  int stage = 0, prev = kStages;  // the sink barrier full[kStages]/empty[kStages]: no previous stage
+  uint32_t phase = 0;
+  auto chunk = [&](auto buf_tag, int slot, bool first) {
+    constexpr int buf = decltype(buf_tag)::value;
+    const uint32_t off = uint32_t(slot) * kChunkW;
+    const uint4 codes = lds_u32x4(my_codes + off);
+    const uint2 sc = lds_u32x2(my_scales + off);
+    if constexpr (!kCompute) {
+      x ^= codes.x ^ sc.x;
+      return;
+    }
+    const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) decode_k16(words[j], layout::scale_pair_bits(j < 2 ? sc.x : sc.y, j, codec), a[buf][j]);
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) cute::warpgroup_fence_operand(a[buf][j][q]);
+#pragma unroll
+    for (int i = 0; i < kN / 2; ++i) cute::warpgroup_fence_operand(acc[i]);
+    cute::warpgroup_arrive();
+    const uint64_t desc = desc0 + uint64_t(uint32_t(slot) * (kBTile / 16));
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      mma_rs<typename RsMma<kN>::Op>(a[buf][j], desc + uint64_t(2 * j), acc,
+                                     j == 0 && first ? gmma::ScaleOut::Zero : gmma::ScaleOut::One,
+                                     std::make_index_sequence<kN / 2>{});
+    cute::warpgroup_commit_batch();
+#pragma unroll
+    for (int i = 0; i < kN / 2; ++i) cute::warpgroup_fence_operand(acc[i]);
+    cute::warpgroup_wait<1>();
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) cute::warpgroup_fence_operand(a[buf ^ 1][j][q]);
+  };
+  for (int ku = 0; ku < chunks; ku += 2) {
+    mbar_wait(&full[stage], phase);
+    chunk(std::integral_constant<int, 0>{}, 2 * stage, ku == 0);
+    mbar_arrive(&empty[prev]);
+    prev = stage;
+    chunk(std::integral_constant<int, 1>{}, 2 * stage + 1, false);
+    if (++stage == kStages) stage = 0, phase ^= 1;
+  }
+  if constexpr (kCompute) {
+    cute::warpgroup_wait<0>();
+#pragma unroll
+    for (int i = 0; i < kN / 2; ++i) x ^= __float_as_uint(acc[i]);
+  }
+  sink[blockIdx.x * blockDim.x + threadIdx.x] = x;
+}
+
+template <int kWGs, int kStages, bool kCompute>
+void report_stream(int sms, int chunks, int reps, const uint8_t* d_w, const uint8_t* d_act, uint32_t* d_sink) {
+  constexpr int kChunkW = kWGs * layout::kUnitBytes;
+  const int smem = 2 * kStages * (16 * 128 + kChunkW) + (kStages + 1) * 16 + 1024;
+  auto kernel = stream_loop<kWGs, kStages, kCompute>;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess) {
+    std::fprintf(stderr, "error: cudaFuncSetAttribute: %s\n", cudaGetErrorString(cudaGetLastError()));
+    std::exit(1);
+  }
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  std::vector<float> times;
+  for (int r = 0; r < reps + 2; ++r) {
+    cudaEventRecord(e0);
+    kernel<<<sms, (kWGs + 1) * 128, smem>>>(d_w, d_act, chunks, d_sink);
+    cudaEventRecord(e1);
+    if (cudaEventSynchronize(e1) != cudaSuccess || cudaGetLastError() != cudaSuccess) {
+      std::fprintf(stderr, "error: stream probe failed: %s\n", cudaGetErrorString(cudaGetLastError()));
+      std::exit(1);
+    }
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    if (r >= 2) times.push_back(ms);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  std::sort(times.begin(), times.end());
+  const double ms = times[times.size() / 2];
+  const double bytes = double(sms) * chunks * kChunkW;
+  std::printf("%-10s  %3d  %6d  %6d  %9.1f  %8.2f  %9.1f\n", kCompute ? "stream+mma" : "stream", kWGs, kStages, chunks,
+              ms * 1e3, bytes / (ms * 1e-3) / 1e12, bytes / (ms * 1e-3) / 1e9 / sms);
+}
+
 struct Result {
   double ms, cycles_per_chunk;
 };
@@ -266,6 +401,30 @@ int main(int argc, char** argv) {
   report<4, kMma, 8>(sms, iters, reps, d_src, d_sink, d_cycles);
   report<4, kFull, 32>(sms, iters, reps, d_src, d_sink, d_cycles);
   report<4, kMma, 32>(sms, iters, reps, d_src, d_sink, d_cycles);
+  // The pipeline with memory: each CTA streams its own slice (chunks x 4 units) of a buffer larger
+  // than L2, once as long as a DeepSeek-R1 T=1 GEMM1 tile (112 chunks, 1 MB) and once 10x longer.
+  const int long_chunks = 1120;
+  const size_t w_bytes = size_t(sms) * long_chunks * 4 * fp4moe::layout::kUnitBytes;
+  uint8_t* d_w = nullptr;
+  uint8_t* d_act = nullptr;
+  if (cudaMalloc(&d_w, w_bytes) != cudaSuccess || cudaMalloc(&d_act, 64 * 2048) != cudaSuccess) {
+    std::fprintf(stderr, "error: cannot allocate %zu bytes for the stream probe\n", w_bytes);
+    return 1;
+  }
+  cudaMemset(d_w, 0x5a, w_bytes);
+  cudaMemset(d_act, 0x3c, 64 * 2048);
+  std::printf("\n%-10s  %3s  %6s  %6s  %9s  %8s  %9s\n", "pipeline", "WGs", "stages", "chunks", "us", "TB/s",
+              "GB/s/SM");
+  for (int chunks : {112, long_chunks}) {
+    report_stream<4, 4, false>(sms, chunks, reps, d_w, d_act, d_sink);
+    report_stream<4, 6, false>(sms, chunks, reps, d_w, d_act, d_sink);
+    report_stream<4, 9, false>(sms, chunks, reps, d_w, d_act, d_sink);
+    report_stream<4, 4, true>(sms, chunks, reps, d_w, d_act, d_sink);
+    report_stream<4, 6, true>(sms, chunks, reps, d_w, d_act, d_sink);
+    report_stream<4, 9, true>(sms, chunks, reps, d_w, d_act, d_sink);
+  }
+  cudaFree(d_w);
+  cudaFree(d_act);
   cudaFree(d_src);
   cudaFree(d_sink);
   cudaFree(d_cycles);
