@@ -162,7 +162,7 @@ __global__ void __launch_bounds__((kWGs + 1) * 128, 1)
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + kOffBars);
-  uint64_t* empty = full + kStages;
+  uint64_t* empty = full + kStages + 1;  // full[kStages + 1], then empty[kStages + 1] (the last: the sink)
   if (threadIdx.x == 0) {
     for (int s = 0; s <= kStages; ++s) mbar_init(&full[s], 1), mbar_init(&empty[s], kWGs * 128);
     fence_barrier_init();
