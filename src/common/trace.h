@@ -31,8 +31,11 @@ inline constexpr const char* kTraceKernelNames[kTraceKernels] = {
     "finalize"};
 // Words per kernel, all maxima so that a zeroed buffer is an empty trace: ~(first start),
 // ~(first wait return), last wait return, last end, last start, ~(first end). A kernel that did not
-// run keeps zeros.
-constexpr int kTraceWords = 6;
+// run keeps zeros. Then sums, written by the sm90 GEMMs only (SM clock cycles, thread 0 of each
+// warpgroup): the consumers' waits for full stages, the consumers' time, the producer's waits for
+// empty stages, the producer's time.
+constexpr int kTraceWords = 10;
+enum TraceSum : int { kTraceConsumerWait = 6, kTraceConsumerTime, kTraceProducerWait, kTraceProducerTime };
 constexpr int kTraceBytes = kTraceKernels * kTraceWords * 8;
 
 #if defined(FP4MOE_TRACE) && FP4MOE_TRACE && defined(__CUDACC__)
@@ -82,7 +85,9 @@ class TraceCta {
 };
 #define FP4MOE_TRACE_CTA(trace, kernel) ::fp4moe::TraceCta fp4moe_trace_cta_((trace), (kernel))
 #define FP4MOE_TRACE_WAITED() fp4moe_trace_cta_.waited()
+#define FP4MOE_TRACE_ONLY(...) __VA_ARGS__
 #else
+#define FP4MOE_TRACE_ONLY(...)
 #define FP4MOE_TRACE_CTA(trace, kernel) static_cast<void>(0)
 #define FP4MOE_TRACE_WAITED() static_cast<void>(0)
 #endif

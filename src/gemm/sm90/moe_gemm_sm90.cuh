@@ -234,6 +234,7 @@ struct ConsumerCtx {
   int64_t tile;
   int split, split_index;
   int token_tile;  // the plan's token tile of this work unit (GEMM1 with overlap counts in tile_done)
+  FP4MOE_TRACE_ONLY(unsigned long long* trace_sums;)  // this kernel's trace words (TraceSum), or null
 };
 
 // One tile of one consumer warpgroup with a wgmma N of kN: the K loop and the epilogue.
@@ -279,7 +280,12 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
   auto chunk = [&](auto buf_tag, auto slot_tag, auto live, bool first) {
     constexpr int buf = decltype(buf_tag)::value;
     constexpr int c = decltype(slot_tag)::value;
-    if constexpr (c == 0) mbar_wait(&x.full[ps.stage], ps.phase);
+    if constexpr (c == 0) {
+      FP4MOE_TRACE_ONLY(const long long wait_from = clock64();)
+      mbar_wait(&x.full[ps.stage], ps.phase);
+      FP4MOE_TRACE_ONLY(if (x.tid == 0 && x.trace_sums) atomicAdd(x.trace_sums + kTraceConsumerWait,
+                                                                   (unsigned long long)(clock64() - wait_from));)
+    }
     if (live) {
       // The stage's offset times a constant plus the chunk's constant: the chunk-1 loads and
       // descriptors then reuse chunk 0's registers with immediate offsets.
@@ -602,6 +608,12 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   int32_t* tile_start = reinterpret_cast<int32_t*>(smem + T::kOffTileStart);
   FP4MOE_TRACE_CTA(p.ws.trace, T::kGemm1 ? (p.tail_of > 0 ? kTraceGemm1Tail : kTraceGemm1)
                                          : (p.tail_of > 0 ? kTraceGemm2Tail : kTraceGemm2));
+  FP4MOE_TRACE_ONLY(
+      unsigned long long* const trace_sums =
+          p.ws.trace ? p.ws.trace + kTraceWords * (T::kGemm1 ? (p.tail_of > 0 ? kTraceGemm1Tail : kTraceGemm1)
+                                                            : (p.tail_of > 0 ? kTraceGemm2Tail : kTraceGemm2))
+                     : nullptr;
+      const long long trace_from = clock64();)
 
   const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);  // warp-uniform for ptxas
   const int tid = threadIdx.x % 128;
@@ -698,7 +710,10 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
       const uint32_t w_bytes = valid_units * layout::kUnitBytes;
       for (int64_t ku = k0; ku < k1; ku += T::kChunks) {
         const int n = k1 - ku < T::kChunks ? int(k1 - ku) : T::kChunks;  // chunks in this stage
+        FP4MOE_TRACE_ONLY(const long long wait_from = clock64();)
         mbar_wait(&empty[ps.stage], ps.phase ^ 1);
+        FP4MOE_TRACE_ONLY(if (trace_sums) atomicAdd(trace_sums + kTraceProducerWait,
+                                                    (unsigned long long)(clock64() - wait_from));)
         mbar_arrive_expect_tx(&full[ps.stage], uint32_t(n) * (b_bytes + w_bytes));
         const int slot0 = ps.stage * T::kChunks;
         if constexpr (kDirect) {
@@ -733,6 +748,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
         ps.advance(T::kStages);
       }
     }
+    FP4MOE_TRACE_ONLY(if (trace_sums) atomicAdd(trace_sums + kTraceProducerTime,
+                                                (unsigned long long)(clock64() - trace_from));)
     return;
   }
 
@@ -754,6 +771,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   x.staging = smem + T::kOffStaging + x.c * T::kStagingBytes;
   x.row_weight = reinterpret_cast<float*>(smem + T::kOffRowWeight) + x.c * T::kBN;
   x.split = __shfl_sync(0xffffffffu, split, 0);
+  FP4MOE_TRACE_ONLY(x.trace_sums = trace_sums;)
   PipeState ps;
   for (int64_t w = blockIdx.x; w < num_work; w += gridDim.x) {
     const int64_t t = w / split;
@@ -769,6 +787,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
     const int bucket = __shfl_sync(0xffffffffu, tile_bucket<T>(tc.rows), 0);
     consume_bucketed<T, kDirect>(p, x, tc, mu, active, bucket, ps);
   }
+  FP4MOE_TRACE_ONLY(if (tid == 0 && trace_sums) atomicAdd(trace_sums + kTraceConsumerTime,
+                                                          (unsigned long long)(clock64() - trace_from));)
   if constexpr (kDirect) {
     if (tid == 0) {
       pdl_wait();  // the plan and the permute complete before GEMM1 does (also in a CTA without a tile)
