@@ -234,7 +234,9 @@ struct ConsumerCtx {
   int64_t tile;
   int split, split_index;
   int token_tile;  // the plan's token tile of this work unit (GEMM1 with overlap counts in tile_done)
-  FP4MOE_TRACE_ONLY(unsigned long long* trace_sums;)  // this kernel's trace words (TraceSum), or null
+  // Trace builds: thread 0's running sum of its waits for full stages (shared memory, added to the
+  // trace words once at the end: an atomic per stage slowed the traced decode by ~45%).
+  FP4MOE_TRACE_ONLY(unsigned long long* trace_wait;)
 };
 
 // One tile of one consumer warpgroup with a wgmma N of kN: the K loop and the epilogue.
@@ -283,8 +285,7 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
     if constexpr (c == 0) {
       FP4MOE_TRACE_ONLY(const long long wait_from = clock64();)
       mbar_wait(&x.full[ps.stage], ps.phase);
-      FP4MOE_TRACE_ONLY(if (x.tid == 0 && x.trace_sums) atomicAdd(x.trace_sums + kTraceConsumerWait,
-                                                                   (unsigned long long)(clock64() - wait_from));)
+      FP4MOE_TRACE_ONLY(if (x.tid == 0) *x.trace_wait += (unsigned long long)(clock64() - wait_from);)
     }
     if (live) {
       // The stage's offset times a constant plus the chunk's constant: the chunk-1 loads and
@@ -613,7 +614,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
           p.ws.trace ? p.ws.trace + kTraceWords * (T::kGemm1 ? (p.tail_of > 0 ? kTraceGemm1Tail : kTraceGemm1)
                                                             : (p.tail_of > 0 ? kTraceGemm2Tail : kTraceGemm2))
                      : nullptr;
-      const long long trace_from = clock64();)
+      const long long trace_from = clock64();
+      __shared__ unsigned long long trace_consumer_wait[8];
+      unsigned long long trace_producer_wait = 0;)
 
   const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);  // warp-uniform for ptxas
   const int tid = threadIdx.x % 128;
@@ -712,8 +715,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
         const int n = k1 - ku < T::kChunks ? int(k1 - ku) : T::kChunks;  // chunks in this stage
         FP4MOE_TRACE_ONLY(const long long wait_from = clock64();)
         mbar_wait(&empty[ps.stage], ps.phase ^ 1);
-        FP4MOE_TRACE_ONLY(if (trace_sums) atomicAdd(trace_sums + kTraceProducerWait,
-                                                    (unsigned long long)(clock64() - wait_from));)
+        FP4MOE_TRACE_ONLY(trace_producer_wait += (unsigned long long)(clock64() - wait_from);)
         mbar_arrive_expect_tx(&full[ps.stage], uint32_t(n) * (b_bytes + w_bytes));
         const int slot0 = ps.stage * T::kChunks;
         if constexpr (kDirect) {
@@ -748,8 +750,10 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
         ps.advance(T::kStages);
       }
     }
-    FP4MOE_TRACE_ONLY(if (trace_sums) atomicAdd(trace_sums + kTraceProducerTime,
-                                                (unsigned long long)(clock64() - trace_from));)
+    FP4MOE_TRACE_ONLY(if (trace_sums) {
+      atomicAdd(trace_sums + kTraceProducerWait, trace_producer_wait);
+      atomicAdd(trace_sums + kTraceProducerTime, (unsigned long long)(clock64() - trace_from));
+    })
     return;
   }
 
@@ -771,7 +775,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   x.staging = smem + T::kOffStaging + x.c * T::kStagingBytes;
   x.row_weight = reinterpret_cast<float*>(smem + T::kOffRowWeight) + x.c * T::kBN;
   x.split = __shfl_sync(0xffffffffu, split, 0);
-  FP4MOE_TRACE_ONLY(x.trace_sums = trace_sums;)
+  FP4MOE_TRACE_ONLY(static_assert(T::kConsumers <= 8, "trace_consumer_wait");
+                    x.trace_wait = &trace_consumer_wait[x.c]; if (tid == 0) *x.trace_wait = 0;)
   PipeState ps;
   for (int64_t w = blockIdx.x; w < num_work; w += gridDim.x) {
     const int64_t t = w / split;
@@ -787,8 +792,10 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
     const int bucket = __shfl_sync(0xffffffffu, tile_bucket<T>(tc.rows), 0);
     consume_bucketed<T, kDirect>(p, x, tc, mu, active, bucket, ps);
   }
-  FP4MOE_TRACE_ONLY(if (tid == 0 && trace_sums) atomicAdd(trace_sums + kTraceConsumerTime,
-                                                          (unsigned long long)(clock64() - trace_from));)
+  FP4MOE_TRACE_ONLY(if (tid == 0 && trace_sums) {
+    atomicAdd(trace_sums + kTraceConsumerWait, *x.trace_wait);
+    atomicAdd(trace_sums + kTraceConsumerTime, (unsigned long long)(clock64() - trace_from));
+  })
   if constexpr (kDirect) {
     if (tid == 0) {
       pdl_wait();  // the plan and the permute complete before GEMM1 does (also in a CTA without a tile)
