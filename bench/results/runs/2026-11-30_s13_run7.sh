@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU run (session 13, run 7). Staged on main with
-#   FP4MOE_STAGE_PYTHON=0 FP4MOE_STAGE_MORE="s9=exp/bn16-s9 s10=exp/bn16-s10 pc=exp/plan-coresident" scripts/stage-gpu.sh
-# A/Bs against main (gpubin/bin): BN16_C4 with 9 and 10 stages (6 on main) at decode; the co-resident
+#   FP4MOE_STAGE_PYTHON=0 FP4MOE_STAGE_MORE="s9=exp/bn16-s9 pc=exp/plan-coresident" scripts/stage-gpu.sh
+# A/Bs against main (gpubin/bin): BN16_C4 with 9 stages (6 on main) at decode; the co-resident
 # plan at DeepSeek-R1 T=1 (five repetitions).
 set -u
 o=$OUT
@@ -17,6 +17,5 @@ run_ab() {  # name reps spec...
   sed -n '/^base .* vs head/,$p' $o/ab_$name.txt >> $o/try.txt
 }
 run_ab s9 3 deepseek-r1:8,128 qwen3-30b-a3b:8,128 gpt-oss-120b:8
-run_ab s10 3 deepseek-r1:8,128 qwen3-30b-a3b:8,128 gpt-oss-120b:8
 run_ab pc 5 deepseek-r1:1
-(cd $o && tar czf ab7.tgz s9 s10 pc ab_*.txt && rm -rf s9 s10 pc ab_*.txt)
+(cd $o && tar czf ab7.tgz s9 pc ab_*.txt && rm -rf s9 pc ab_*.txt)
