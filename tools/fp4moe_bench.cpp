@@ -318,8 +318,8 @@ struct Row {
   // start, first end; -1 everywhere for a kernel that did not run.
   std::vector<std::array<double, 6>> trace;
   // --trace, the sm90 GEMMs: the share of the consumers' time spent waiting for full stages and of
-  // the producer's waiting for empty ones (-1: not recorded).
-  std::vector<std::array<double, 2>> trace_waits;
+  // the producer's waiting for empty ones, and of the consumers' time in K loops (-1: not recorded).
+  std::vector<std::array<double, 3>> trace_waits;
 };
 
 std::vector<uint16_t> random_bf16_normal(std::mt19937_64& rng, size_t n) {
@@ -566,8 +566,11 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
         v[5] = us(~w[k][5]);
       }
       row.trace.push_back(v);
-      std::array<double, 2> waits = {-1, -1};
-      if (w[k][kTraceConsumerTime] != 0) waits[0] = double(w[k][kTraceConsumerWait]) / double(w[k][kTraceConsumerTime]);
+      std::array<double, 3> waits = {-1, -1, -1};
+      if (w[k][kTraceConsumerTime] != 0) {
+        waits[0] = double(w[k][kTraceConsumerWait]) / double(w[k][kTraceConsumerTime]);
+        waits[2] = double(w[k][kTraceConsumerKLoop]) / double(w[k][kTraceConsumerTime]);
+      }
       if (w[k][kTraceProducerTime] != 0) waits[1] = double(w[k][kTraceProducerWait]) / double(w[k][kTraceProducerTime]);
       row.trace_waits.push_back(waits);
     }
@@ -640,7 +643,8 @@ void write_json(const Options& o, const MoeProblem& p, const char* gpu, const Ce
       for (size_t k = 0; k < r.trace_waits.size(); ++k) {
         if (r.trace_waits[k][0] < 0) continue;
         f << (first ? "" : ", ") << "\"" << kTraceKernelNames[k] << "\": {\"consumers_waiting\": " << r.trace_waits[k][0]
-          << ", \"producer_waiting\": " << r.trace_waits[k][1] << "}";
+          << ", \"producer_waiting\": " << r.trace_waits[k][1] << ", \"consumers_in_k_loops\": " << r.trace_waits[k][2]
+          << "}";
         first = false;
       }
       f << "}";
@@ -817,7 +821,9 @@ int main(int argc, char** argv) {
         std::printf("        %-11s start %8.2f..%-8.2f  wait %8.2f..%-8.2f  end %8.2f..%-8.2f  (%.2f)",
                     kTraceKernelNames[k], v[0], v[4], v[1], v[2], v[5], v[3], v[3] - v[0]);
         const auto& q = r.trace_waits[k];
-        if (q[0] >= 0) std::printf("  consumers wait for data %.1f%%, producer for room %.1f%%", 100 * q[0], 100 * q[1]);
+        if (q[0] >= 0)
+          std::printf("  consumers: K loops %.1f%%, waits for data %.1f%%; producer waits for room %.1f%%", 100 * q[2],
+                      100 * q[0], 100 * q[1]);
         std::printf("\n");
       }
       // The tool's own check: a kernel's wait returns only once the kernel launched before it (the

@@ -33,9 +33,15 @@ inline constexpr const char* kTraceKernelNames[kTraceKernels] = {
 // ~(first wait return), last wait return, last end, last start, ~(first end). A kernel that did not
 // run keeps zeros. Then sums, written by the sm90 GEMMs only (SM clock cycles, thread 0 of each
 // warpgroup): the consumers' waits for full stages, the consumers' time, the producer's waits for
-// empty stages, the producer's time.
-constexpr int kTraceWords = 10;
-enum TraceSum : int { kTraceConsumerWait = 6, kTraceConsumerTime, kTraceProducerWait, kTraceProducerTime };
+// empty stages, the producer's time, the consumers' time in K loops (their waits included).
+constexpr int kTraceWords = 11;
+enum TraceSum : int {
+  kTraceConsumerWait = 6,
+  kTraceConsumerTime,
+  kTraceProducerWait,
+  kTraceProducerTime,
+  kTraceConsumerKLoop
+};
 constexpr int kTraceBytes = kTraceKernels * kTraceWords * 8;
 
 #if defined(FP4MOE_TRACE) && FP4MOE_TRACE && defined(__CUDACC__)

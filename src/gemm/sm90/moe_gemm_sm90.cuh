@@ -236,7 +236,7 @@ struct ConsumerCtx {
   int token_tile;  // the plan's token tile of this work unit (GEMM1 with overlap counts in tile_done)
   // Trace builds: thread 0's running sum of its waits for full stages (shared memory, added to the
   // trace words once at the end: an atomic per stage slowed the traced decode by ~45%).
-  FP4MOE_TRACE_ONLY(unsigned long long* trace_wait;)
+  FP4MOE_TRACE_ONLY(unsigned long long* trace_wait;)  // [0] full-stage waits, [1] K loops
 };
 
 // One tile of one consumer warpgroup with a wgmma N of kN: the K loop and the epilogue.
@@ -374,6 +374,7 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
       for (; ku < k_units; ++ku) chunk(C0{}, C0{}, live, ku == 0);
     }
   };
+  FP4MOE_TRACE_ONLY(const long long k_loop_from = clock64();)
   if constexpr (T::kBN == 16) k_loop(active);
   else if (active) k_loop(std::true_type{});
   else k_loop(std::false_type{});
@@ -385,6 +386,7 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
   release_stage(&x.empty[prev_stage]);
+  FP4MOE_TRACE_ONLY(if (x.tid == 0) x.trace_wait[1] += (unsigned long long)(clock64() - k_loop_from);)
   if (!active) return;
 
   // ---- Split-K: partial sums out, the tile's last unit sums them in range order --------------------
@@ -615,7 +617,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
                                                             : (p.tail_of > 0 ? kTraceGemm2Tail : kTraceGemm2))
                      : nullptr;
       const long long trace_from = clock64();
-      __shared__ unsigned long long trace_consumer_wait[8];
+      __shared__ unsigned long long trace_consumer_wait[8][2];
       unsigned long long trace_producer_wait = 0;)
 
   const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);  // warp-uniform for ptxas
@@ -776,7 +778,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   x.row_weight = reinterpret_cast<float*>(smem + T::kOffRowWeight) + x.c * T::kBN;
   x.split = __shfl_sync(0xffffffffu, split, 0);
   FP4MOE_TRACE_ONLY(static_assert(T::kConsumers <= 8, "trace_consumer_wait");
-                    x.trace_wait = &trace_consumer_wait[x.c]; if (tid == 0) *x.trace_wait = 0;)
+                    x.trace_wait = trace_consumer_wait[x.c];
+                    if (tid == 0) x.trace_wait[0] = x.trace_wait[1] = 0;)
   PipeState ps;
   for (int64_t w = blockIdx.x; w < num_work; w += gridDim.x) {
     const int64_t t = w / split;
@@ -793,7 +796,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
     consume_bucketed<T, kDirect>(p, x, tc, mu, active, bucket, ps);
   }
   FP4MOE_TRACE_ONLY(if (tid == 0 && trace_sums) {
-    atomicAdd(trace_sums + kTraceConsumerWait, *x.trace_wait);
+    atomicAdd(trace_sums + kTraceConsumerWait, x.trace_wait[0]);
+    atomicAdd(trace_sums + kTraceConsumerKLoop, x.trace_wait[1]);
     atomicAdd(trace_sums + kTraceConsumerTime, (unsigned long long)(clock64() - trace_from));
   })
   if constexpr (kDirect) {
