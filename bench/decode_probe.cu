@@ -8,6 +8,8 @@
 //   decode      the same without the wgmma (the fragments kept live by empty asm)
 //   mma         the wgmma alone, on fragments decoded once
 //   interleave  decode and issue one k16 step at a time (a warpgroup fence before each wgmma)
+//   sync        the decode with warp-level mma.sync m16n8k16 (B by ldmatrix) instead of wgmma
+//   sync-mma    those MMAs and B loads alone
 // for 1 to 8 consumer warpgroups a CTA and wgmma N of 8, 16 or 32. It prints, per variant, the
 // cycles a warpgroup takes per chunk and the weight rate that would be per SM and per GPU. Then the
 // same with memory ("pipeline"): a producer thread streaming weights from a buffer larger than L2
@@ -30,8 +32,8 @@
 
 namespace fp4moe::sm90::probe {
 
-enum Mode : int { kFull, kDecode, kMma, kInterleave };
-constexpr const char* kModeNames[] = {"full", "decode", "mma", "interleave"};
+enum Mode : int { kFull, kDecode, kMma, kInterleave, kSync, kSyncMma };
+constexpr const char* kModeNames[] = {"full", "decode", "mma", "interleave", "sync", "sync-mma"};
 constexpr int kSlots = 8;  // chunk slots the loop cycles through (the kernels' stages x chunks)
 
 template <int kWGs, int kN>
@@ -281,6 +283,72 @@ void report_stream(int sms, int chunks, int reps, const uint8_t* d_w, const uint
               ms * 1e3, bytes / (ms * 1e-3) / 1e12, bytes / (ms * 1e-3) / 1e9 / sms);
 }
 
+// The same chunk with warp-level MMAs (mma.sync m16n8k16, the A fragment of a warp's 16 rows being
+// exactly its part of the wgmma A operand) instead of wgmma: per chunk and warp, the token tile's B
+// fragments of the 4 k16 steps by ldmatrix (one x4 a step: two n8 halves of 16 tokens) and 8 MMAs
+// into the same 8 fp32 accumulators. kMode kSync decodes as the full mode; kSyncMma only loads B and
+// runs the MMAs on fragments decoded once.
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <int kWGs, int kMode>
+__global__ void __launch_bounds__(kWGs * 128, 1)
+    sync_loop(const uint4* src, int iters, uint32_t* sink, long long* cycles) {
+  using L = ProbeLayout<kWGs, 16>;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  for (int i = threadIdx.x; i < L::kBytes / 16; i += blockDim.x) reinterpret_cast<uint4*>(smem)[i] = src[i];
+  __syncthreads();
+  const int wg = threadIdx.x / 128, tid = threadIdx.x % 128, lane = threadIdx.x % 32;
+  const uint32_t w_base = smem_addr(smem + L::kOffW + wg * layout::kUnitBytes);
+  const uint32_t my_codes = opaque_u32(w_base + tid * 16);
+  const uint32_t my_scales = opaque_u32(w_base + layout::kUnitCodeBytes + (tid / 4) * 8);
+  // ldmatrix.x4 of k16 step j: lanes 0-15 address token rows 0-15 at the step's first 16 bytes,
+  // lanes 16-31 the same rows at its second 16 bytes (the 128-byte swizzle: piece ^ row % 8).
+  const int row = lane % 16, piece0 = lane / 16;
+  const uint32_t b_row = opaque_u32(smem_addr(smem) + row * 128);
+  const layout::ScaleCodec codec = layout::scale_codec(false);
+  float acc[2][4] = {};
+  uint32_t a[4][4];
+  auto decode = [&](int slot) {
+    const uint32_t off = uint32_t(slot) * L::kChunkW;
+    const uint4 codes = lds_u32x4(my_codes + off);
+    const uint2 sc = lds_u32x2(my_scales + off);
+    const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) decode_k16(words[j], layout::scale_pair_bits(j < 2 ? sc.x : sc.y, j, codec), a[j]);
+  };
+  if constexpr (kMode == kSyncMma) decode(0);
+  const long long t0 = clock64();
+  for (int i = 0; i < iters; ++i) {
+    const int slot = i % kSlots;
+    if constexpr (kMode == kSync) decode(slot);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      uint32_t b[4];
+      const uint32_t addr = b_row + uint32_t(slot) * L::kBTile + uint32_t(((2 * j + piece0) ^ (row % 8)) * 16);
+      asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+                   : "r"(addr));
+      mma_16816(acc[0], a[j], b[0], b[2]);
+      mma_16816(acc[1], a[j], b[1], b[3]);
+    }
+  }
+  const long long t1 = clock64();
+  uint32_t x = 0;
+#pragma unroll
+  for (int n = 0; n < 2; ++n)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) x ^= __float_as_uint(acc[n][i]);
+  sink[blockIdx.x * blockDim.x + threadIdx.x] = x;
+  if (tid == 0) cycles[blockIdx.x * kWGs + wg] = t1 - t0;
+}
+
 struct Result {
   double ms, cycles_per_chunk;
 };
@@ -290,6 +358,7 @@ Result run(int sms, int iters, int reps, const uint4* d_src, uint32_t* d_sink, l
   using L = ProbeLayout<kWGs, kN>;
   const int smem = L::kBytes + 1024;
   auto kernel = decode_loop<kWGs, kMode, kN>;
+  if constexpr (kMode == kSync || kMode == kSyncMma) kernel = sync_loop<kWGs, kMode>;
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess) {
     std::fprintf(stderr, "error: cudaFuncSetAttribute: %s\n", cudaGetErrorString(cudaGetLastError()));
     std::exit(1);
@@ -386,6 +455,10 @@ int main(int argc, char** argv) {
   report<4, kDecode, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
   report<4, kMma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
   report<4, kInterleave, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+  report<4, kSync, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+  report<4, kSyncMma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+  report<8, kSync, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+  report<2, kSync, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
   report<8, kDecode, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
   report<6, kFull, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
   report<6, kDecode, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
