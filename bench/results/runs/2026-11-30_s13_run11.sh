@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# GPU run (session 13, run 11). Staged on main (3daaff3's binaries) with FP4MOE_STAGE_PYTHON=0 scripts/stage-gpu.sh.
+# GPU run (session 13, run 11), on run 10's staging: 3daaff3 on exp/dyn-gemm2-wide (FP4MOE_STAGE_PYTHON=0
+# scripts/stage-gpu.sh), so its GEMM1 ran with the overlap (the gate at 40 rounds).
 # ncu without clock control, side by side: the real BN16 GEMM1 at DeepSeek-R1 T=8 and the pipeline
 # probe's long stream with decode and MMAs (same stages, same K loop minus the tile logic).
 set -u
