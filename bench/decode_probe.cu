@@ -14,7 +14,8 @@
 // cycles a warpgroup takes per chunk and the weight rate that would be per SM and per GPU. Then the
 // same with memory ("pipeline"): a producer thread streaming weights from a buffer larger than L2
 // through 4, 6 or 9 stages, the consumers only releasing them ("stream") or decoding and running
-// the MMAs too ("stream+mma"), as the BN16 decode kernels do without their tile logic. A
+// the MMAs too ("stream+mma"), as the BN16 decode kernels do without their tile logic; then cut
+// into tiles of 112 or 32 chunks, drained at each end ("+epi": and a stand-in epilogue). A
 // diagnostic for choosing what to change in the kernels; the product's speed is fp4moe-bench's.
 //
 //   fp4moe-decode-probe [--iters N] [--reps N]
@@ -156,9 +157,12 @@ __global__ void __launch_bounds__(kWGs * 128, 1)
 // tiles from a small buffer (L2-resident) through kStages stages; the consumers wait for each stage,
 // run the full mode's decode and MMAs on it (kCompute) or not, and release the previous stage after
 // the next one's first chunk, as consume_tile does.
+// tile_chunks (even): the consumers end a tile every tile_chunks chunks as consume_tile does (the
+// MMAs drained, then with epi a stand-in epilogue: the accumulators through shared memory between
+// two warpgroup barriers) and start the next with fresh accumulators; the producer streams on.
 template <int kWGs, int kStages, bool kCompute>
 __global__ void __launch_bounds__((kWGs + 1) * 128, 1)
-    stream_loop(const uint8_t* weights, const uint8_t* act, int chunks, uint32_t* sink) {
+    stream_loop(const uint8_t* weights, const uint8_t* act, int chunks, int tile_chunks, int epi, uint32_t* sink) {
   constexpr int kN = 16, kBTile = kN * 128, kChunkW = kWGs * layout::kUnitBytes, kSlotsS = 2 * kStages;
   constexpr int kOffW = kSlotsS * kBTile, kOffBars = kOffW + kSlotsS * kChunkW;
   extern __shared__ uint8_t smem_raw[];
@@ -233,13 +237,33 @@ __global__ void __launch_bounds__((kWGs + 1) * 128, 1)
 #pragma unroll
       for (int q = 0; q < 4; ++q) cute::warpgroup_fence_operand(a[buf ^ 1][j][q]);
   };
-  for (int ku = 0; ku < chunks; ku += 2) {
-    mbar_wait(&full[stage], phase);
-    chunk(std::integral_constant<int, 0>{}, 2 * stage, ku == 0);
-    mbar_arrive(&empty[prev]);
-    prev = stage;
-    chunk(std::integral_constant<int, 1>{}, 2 * stage + 1, false);
-    if (++stage == kStages) stage = 0, phase ^= 1;
+  float* const stg = reinterpret_cast<float*>(smem + kOffBars + 2 * (kStages + 1) * 8) + c * 128 * (kN / 2);
+  for (int k0 = 0; k0 < chunks; k0 += tile_chunks) {  // tiles (as the kernels' consumer loop)
+    for (int ku = k0; ku < k0 + tile_chunks && ku < chunks; ku += 2) {  // the tile's K loop
+      mbar_wait(&full[stage], phase);
+      chunk(std::integral_constant<int, 0>{}, 2 * stage, ku == k0);
+      mbar_arrive(&empty[prev]);
+      prev = stage;
+      chunk(std::integral_constant<int, 1>{}, 2 * stage + 1, false);
+      if (++stage == kStages) stage = 0, phase ^= 1;
+    }
+    if constexpr (kCompute) {  // the tile's end: the MMAs drained (unconditionally, as consume_tile)
+      cute::warpgroup_wait<0>();
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) cute::warpgroup_fence_operand(a[0][j][q]), cute::warpgroup_fence_operand(a[1][j][q]);
+#pragma unroll
+      for (int i = 0; i < kN / 2; ++i) cute::warpgroup_fence_operand(acc[i]);
+      if (epi) {
+#pragma unroll
+        for (int i = 0; i < kN / 2; ++i) stg[i * 128 + tid] = acc[i];
+        named_barrier_sync(1 + c, 128);
+#pragma unroll
+        for (int i = 0; i < kN / 2; ++i) x ^= __float_as_uint(stg[i * 128 + (tid ^ 1)]);
+        named_barrier_sync(1 + c, 128);
+      }
+    }
   }
   if constexpr (kCompute) {
     cute::warpgroup_wait<0>();
@@ -250,9 +274,11 @@ __global__ void __launch_bounds__((kWGs + 1) * 128, 1)
 }
 
 template <int kWGs, int kStages, bool kCompute>
-void report_stream(int sms, int chunks, int reps, const uint8_t* d_w, const uint8_t* d_act, uint32_t* d_sink) {
+void report_stream(int sms, int chunks, int reps, const uint8_t* d_w, const uint8_t* d_act, uint32_t* d_sink,
+                   int tile_chunks = 0, int epi = 0) {
   constexpr int kChunkW = kWGs * layout::kUnitBytes;
-  const int smem = 2 * kStages * (16 * 128 + kChunkW) + (kStages + 1) * 16 + 1024;
+  if (tile_chunks <= 0) tile_chunks = chunks;
+  const int smem = 2 * kStages * (16 * 128 + kChunkW) + (kStages + 1) * 16 + kWGs * 128 * 8 * 4 + 1024;
   auto kernel = stream_loop<kWGs, kStages, kCompute>;
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess) {
     std::fprintf(stderr, "error: cudaFuncSetAttribute: %s\n", cudaGetErrorString(cudaGetLastError()));
@@ -264,7 +290,7 @@ void report_stream(int sms, int chunks, int reps, const uint8_t* d_w, const uint
   std::vector<float> times;
   for (int r = 0; r < reps + 2; ++r) {
     cudaEventRecord(e0);
-    kernel<<<sms, (kWGs + 1) * 128, smem>>>(d_w, d_act, chunks, d_sink);
+    kernel<<<sms, (kWGs + 1) * 128, smem>>>(d_w, d_act, chunks, tile_chunks, epi, d_sink);
     cudaEventRecord(e1);
     if (cudaEventSynchronize(e1) != cudaSuccess || cudaGetLastError() != cudaSuccess) {
       std::fprintf(stderr, "error: stream probe failed: %s\n", cudaGetErrorString(cudaGetLastError()));
@@ -279,8 +305,10 @@ void report_stream(int sms, int chunks, int reps, const uint8_t* d_w, const uint
   std::sort(times.begin(), times.end());
   const double ms = times[times.size() / 2];
   const double bytes = double(sms) * chunks * kChunkW;
-  std::printf("%-10s  %3d  %6d  %6d  %9.1f  %8.2f  %9.1f\n", kCompute ? "stream+mma" : "stream", kWGs, kStages, chunks,
-              ms * 1e3, bytes / (ms * 1e-3) / 1e12, bytes / (ms * 1e-3) / 1e9 / sms);
+  char name[32];
+  std::snprintf(name, sizeof name, "%s%s", kCompute ? "stream+mma" : "stream", epi ? "+epi" : "");
+  std::printf("%-14s  %3d  %6d  %6d  %5d  %9.1f  %8.2f  %9.1f\n", name, kWGs, kStages, chunks, tile_chunks, ms * 1e3,
+              bytes / (ms * 1e-3) / 1e12, bytes / (ms * 1e-3) / 1e9 / sms);
 }
 
 // The same chunk with warp-level MMAs (mma.sync m16n8k16, the A fragment of a warp's 16 rows being
@@ -486,8 +514,8 @@ int main(int argc, char** argv) {
   }
   cudaMemset(d_w, 0x5a, w_bytes);
   cudaMemset(d_act, 0x3c, 64 * 2048);
-  std::printf("\n%-10s  %3s  %6s  %6s  %9s  %8s  %9s\n", "pipeline", "WGs", "stages", "chunks", "us", "TB/s",
-              "GB/s/SM");
+  std::printf("\n%-14s  %3s  %6s  %6s  %5s  %9s  %8s  %9s\n", "pipeline", "WGs", "stages", "chunks", "tile", "us",
+              "TB/s", "GB/s/SM");
   for (int chunks : {112, long_chunks}) {
     report_stream<4, 4, false>(sms, chunks, reps, d_w, d_act, d_sink);
     report_stream<4, 6, false>(sms, chunks, reps, d_w, d_act, d_sink);
@@ -495,6 +523,12 @@ int main(int argc, char** argv) {
     report_stream<4, 4, true>(sms, chunks, reps, d_w, d_act, d_sink);
     report_stream<4, 6, true>(sms, chunks, reps, d_w, d_act, d_sink);
     report_stream<4, 9, true>(sms, chunks, reps, d_w, d_act, d_sink);
+  }
+  // The long stream cut into tiles as the GEMMs' (GEMM1 at DeepSeek-R1: 112 chunks, GEMM2: 32), the
+  // MMAs drained at each tile's end, with and without a stand-in epilogue.
+  for (int tile : {112, 32}) {
+    report_stream<4, 6, true>(sms, long_chunks, reps, d_w, d_act, d_sink, tile, 0);
+    report_stream<4, 6, true>(sms, long_chunks, reps, d_w, d_act, d_sink, tile, 1);
   }
   cudaFree(d_w);
   cudaFree(d_act);
