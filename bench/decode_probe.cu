@@ -162,7 +162,8 @@ __global__ void __launch_bounds__(kWGs * 128, 1)
 // two warpgroup barriers) and start the next with fresh accumulators; the producer streams on.
 template <int kWGs, int kStages, bool kCompute>
 __global__ void __launch_bounds__((kWGs + 1) * 128, 1)
-    stream_loop(const uint8_t* weights, const uint8_t* act, int chunks, int tile_chunks, int epi, uint32_t* sink) {
+    stream_loop(const uint8_t* weights, const uint8_t* act, int chunks, int tile_chunks, int epi, int interleave,
+                uint32_t* sink) {
   constexpr int kN = 16, kBTile = kN * 128, kChunkW = kWGs * layout::kUnitBytes, kSlotsS = 2 * kStages;
   constexpr int kOffW = kSlotsS * kBTile, kOffBars = kOffW + kSlotsS * kChunkW;
   extern __shared__ uint8_t smem_raw[];
@@ -178,7 +179,9 @@ __global__ void __launch_bounds__((kWGs + 1) * 128, 1)
   const int tid = threadIdx.x % 128;
   if (wg == 0) {
     if (tid != 0) return;
-    const uint8_t* src = weights + int64_t(blockIdx.x) * chunks * kChunkW;
+    // Tile i of this CTA: the next tile of its own slice, or (interleave) tile blockIdx.x + i * grid
+    // of the buffer, as the kernels' static schedule takes them (consecutive tiles of a CTA far apart).
+    const int tiles_per_cta = chunks / tile_chunks;
     const uint64_t pol_w = policy_evict_first(), pol_a = policy_evict_last();
     int stage = 0;
     uint32_t phase = 0;
@@ -187,7 +190,10 @@ __global__ void __launch_bounds__((kWGs + 1) * 128, 1)
       mbar_arrive_expect_tx(&full[stage], 2 * (kBTile + kChunkW));
       for (int c = 0; c < 2; ++c)
         bulk_g2s(smem + (2 * stage + c) * kBTile, act + ((ku + c) % 64) * kBTile, kBTile, &full[stage], pol_a);
-      bulk_g2s(smem + kOffW + 2 * stage * kChunkW, src + int64_t(ku) * kChunkW, 2 * kChunkW, &full[stage], pol_w);
+      const int i = ku / tile_chunks;
+      const int64_t tile = interleave ? blockIdx.x + int64_t(i) * gridDim.x : int64_t(blockIdx.x) * tiles_per_cta + i;
+      const uint8_t* src = weights + (tile * tile_chunks + ku % tile_chunks) * kChunkW;
+      bulk_g2s(smem + kOffW + 2 * stage * kChunkW, src, 2 * kChunkW, &full[stage], pol_w);
       if (++stage == kStages) stage = 0, phase ^= 1;
     }
     return;
@@ -275,7 +281,7 @@ __global__ void __launch_bounds__((kWGs + 1) * 128, 1)
 
 template <int kWGs, int kStages, bool kCompute>
 void report_stream(int sms, int chunks, int reps, const uint8_t* d_w, const uint8_t* d_act, uint32_t* d_sink,
-                   int tile_chunks = 0, int epi = 0) {
+                   int tile_chunks = 0, int epi = 0, int interleave = 0) {
   constexpr int kChunkW = kWGs * layout::kUnitBytes;
   if (tile_chunks <= 0) tile_chunks = chunks;
   const int smem = 2 * kStages * (16 * 128 + kChunkW) + (kStages + 1) * 16 + kWGs * 128 * 8 * 4 + 1024;
@@ -290,7 +296,7 @@ void report_stream(int sms, int chunks, int reps, const uint8_t* d_w, const uint
   std::vector<float> times;
   for (int r = 0; r < reps + 2; ++r) {
     cudaEventRecord(e0);
-    kernel<<<sms, (kWGs + 1) * 128, smem>>>(d_w, d_act, chunks, tile_chunks, epi, d_sink);
+    kernel<<<sms, (kWGs + 1) * 128, smem>>>(d_w, d_act, chunks, tile_chunks, epi, interleave, d_sink);
     cudaEventRecord(e1);
     if (cudaEventSynchronize(e1) != cudaSuccess || cudaGetLastError() != cudaSuccess) {
       std::fprintf(stderr, "error: stream probe failed: %s\n", cudaGetErrorString(cudaGetLastError()));
@@ -306,7 +312,8 @@ void report_stream(int sms, int chunks, int reps, const uint8_t* d_w, const uint
   const double ms = times[times.size() / 2];
   const double bytes = double(sms) * chunks * kChunkW;
   char name[32];
-  std::snprintf(name, sizeof name, "%s%s", kCompute ? "stream+mma" : "stream", epi ? "+epi" : "");
+  std::snprintf(name, sizeof name, "%s%s%s", kCompute ? "stream+mma" : "stream", epi ? "+epi" : "",
+                interleave ? "+il" : "");
   std::printf("%-14s  %3d  %6d  %6d  %5d  %9.1f  %8.2f  %9.1f\n", name, kWGs, kStages, chunks, tile_chunks, ms * 1e3,
               bytes / (ms * 1e-3) / 1e12, bytes / (ms * 1e-3) / 1e9 / sms);
 }
@@ -529,6 +536,9 @@ int main(int argc, char** argv) {
   for (int tile : {112, 32}) {
     report_stream<4, 6, true>(sms, long_chunks, reps, d_w, d_act, d_sink, tile, 0);
     report_stream<4, 6, true>(sms, long_chunks, reps, d_w, d_act, d_sink, tile, 1);
+    // "+il": a CTA's consecutive tiles far apart in memory, as the kernels' static schedule has them.
+    report_stream<4, 6, false>(sms, long_chunks, reps, d_w, d_act, d_sink, tile, 0, 1);
+    report_stream<4, 6, true>(sms, long_chunks, reps, d_w, d_act, d_sink, tile, 1, 1);
   }
   cudaFree(d_w);
   cudaFree(d_act);
