@@ -8,6 +8,7 @@
 //   decode      the same without the wgmma (the fragments kept live by empty asm)
 //   mma         the wgmma alone, on fragments decoded once
 //   interleave  decode and issue one k16 step at a time (a warpgroup fence before each wgmma)
+//   full-fma    the full mode with the decode's rotations on the FMA pipe (decode-fma: without MMAs)
 //   sync        the decode with warp-level mma.sync m16n8k16 (B by ldmatrix) instead of wgmma
 //   sync-mma    those MMAs and B loads alone
 // for 1 to 8 consumer warpgroups a CTA and wgmma N of 8, 16 or 32. It prints, per variant, the
@@ -33,9 +34,39 @@
 
 namespace fp4moe::sm90::probe {
 
-enum Mode : int { kFull, kDecode, kMma, kInterleave, kSync, kSyncMma };
-constexpr const char* kModeNames[] = {"full", "decode", "mma", "interleave", "sync", "sync-mma"};
+enum Mode : int { kFull, kDecode, kMma, kInterleave, kSync, kSyncMma, kFullFma, kDecodeFma };
+constexpr const char* kModeNames[] = {"full", "decode", "mma", "interleave", "sync", "sync-mma", "full-fma", "decode-fma"};
 constexpr int kSlots = 8;  // chunk slots the loop cycles through (the kernels' stages x chunks)
+
+// decode_k16 with the rotations on the FMA pipe (session 8's experiment in the kernel, which lost
+// 2-5%): registers 2 and 3's rotations by 4 and 6 wrap no masked bit, so they are products by 16
+// and 64 (IMAD); the rotations by 10 and 14 are the two halves of a 64-bit product by 2^r, merged by
+// the masking LOP3 ((lo | hi) & mask). The same bits as decode_k16; 5 ALU instructions a word
+// instead of 9.
+__device__ __forceinline__ uint32_t mul_u32(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.lo.u32 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+__device__ __forceinline__ uint2 mul_wide_u32(uint32_t a, uint32_t b) {
+  uint64_t d;
+  asm("mul.wide.u32 %0, %1, %2;" : "=l"(d) : "r"(a), "r"(b));
+  return make_uint2(uint32_t(d), uint32_t(d >> 32));
+}
+__device__ __forceinline__ uint32_t lop3_or_and(uint32_t a, uint32_t b, uint32_t c) {  // (a | b) & c
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xE0;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+__device__ __forceinline__ void decode_k16_fma(uint32_t w, uint32_t s_pair, uint32_t (&a)[4], uint32_t k16,
+                                               uint32_t k64, uint32_t k1024, uint32_t k16384) {
+  constexpr uint32_t kMask = 0x81C081C0u;
+  const uint2 r10 = mul_wide_u32(w, k1024), r14 = mul_wide_u32(w, k16384);
+  a[0] = bf16x2_mul_half<0>(w & kMask, s_pair);
+  a[1] = bf16x2_mul_half<1>(lop3_or_and(r10.x, r10.y, kMask), s_pair);
+  a[2] = bf16x2_mul_half<0>(mul_u32(w, k16) & kMask, s_pair);
+  a[3] = bf16x2_mul_half<1>((mul_u32(w, k64) & 0x80C080C0u) | lop3_or_and(r14.x, r14.y, 0x01000100u), s_pair);
+}
 
 template <int kWGs, int kN>
 struct ProbeLayout {
@@ -74,13 +105,20 @@ __global__ void __launch_bounds__(kWGs * 128, 1)
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
   };
+  // (The multipliers of the FMA-pipe decode, opaque so that ptxas keeps them multiplies.)
+  const uint32_t k16 = opaque_u32(16), k64 = opaque_u32(64), k1024 = opaque_u32(1024), k16384 = opaque_u32(16384);
   auto decode = [&](uint32_t(&f)[4][4], int slot) {
     const uint32_t off = uint32_t(slot) * L::kChunkW;
     const uint4 codes = lds_u32x4(my_codes + off);
     const uint2 sc = lds_u32x2(my_scales + off);
     const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
 #pragma unroll
-    for (int j = 0; j < 4; ++j) decode_k16(words[j], layout::scale_pair_bits(j < 2 ? sc.x : sc.y, j, codec), f[j]);
+    for (int j = 0; j < 4; ++j) {
+      if constexpr (kMode == kFullFma || kMode == kDecodeFma)
+        decode_k16_fma(words[j], layout::scale_pair_bits(j < 2 ? sc.x : sc.y, j, codec), f[j], k16, k64, k1024, k16384);
+      else
+        decode_k16(words[j], layout::scale_pair_bits(j < 2 ? sc.x : sc.y, j, codec), f[j]);
+    }
   };
   auto desc_of = [&](int slot) { return desc0 + uint64_t(uint32_t(slot) * (L::kBTile / 16)); };
   auto mma = [&](const uint32_t(&f)[4], uint64_t desc, bool zero) {
@@ -95,14 +133,14 @@ __global__ void __launch_bounds__(kWGs * 128, 1)
   auto chunk = [&](auto buf_tag, int i) {
     constexpr int buf = decltype(buf_tag)::value;
     const int slot = i % kSlots;
-    if constexpr (kMode == kDecode) {
+    if constexpr (kMode == kDecode || kMode == kDecodeFma) {
       decode(a[buf], slot);
 #pragma unroll
       for (int j = 0; j < 4; ++j)
         asm volatile("" : "+r"(a[buf][j][0]), "+r"(a[buf][j][1]), "+r"(a[buf][j][2]), "+r"(a[buf][j][3]));
       return;
     }
-    if constexpr (kMode == kFull) decode(a[buf], slot);
+    if constexpr (kMode == kFull || kMode == kFullFma) decode(a[buf], slot);
     if constexpr (kMode == kInterleave) {
       const uint32_t off = uint32_t(slot) * L::kChunkW;
       const uint4 codes = lds_u32x4(my_codes + off);
@@ -139,7 +177,7 @@ __global__ void __launch_bounds__(kWGs * 128, 1)
   fence_acc();
   const long long t1 = clock64();
   uint32_t x = 0;
-  if constexpr (kMode != kDecode) {
+  if constexpr (kMode != kDecode && kMode != kDecodeFma) {
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) x ^= __float_as_uint(acc[i]);
   } else {
@@ -490,6 +528,8 @@ int main(int argc, char** argv) {
   report<4, kDecode, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
   report<4, kMma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
   report<4, kInterleave, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+  report<4, kFullFma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+  report<4, kDecodeFma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
   report<4, kSync, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
   report<4, kSyncMma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
   report<8, kSync, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
