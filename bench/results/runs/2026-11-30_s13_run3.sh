@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# GPU run (session 13, run 3), on run 2's staging: each change alone against main.
+# GPU run (session 13, run 3), on run 2's staging: each change alone against main. Written but never
+# run: run 2 showed both changes within noise, and run 7 measured the co-resident plan alone.
 set -u
 o=$OUT
 for pair in il:deepseek-r1:8,128,2048 pc:deepseek-r1:1 il:qwen3-30b-a3b:8,128 pc:qwen3-30b-a3b:1 pc:gpt-oss-120b:1; do

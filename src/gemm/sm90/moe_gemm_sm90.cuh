@@ -192,7 +192,8 @@ struct Sm90Traits {
   // (The descriptor arithmetic of consume_tile needs shared addresses below 2^18: sm90 has 228 KB.)
   static_assert(kSmemBytes <= 232448, "sm90 shared memory per CTA");
 #if FP4MOE_TRACE
-  static_assert(kSmemBytes + 16 <= 232448, "trace builds: TraceCta's static shared word must fit too");
+  // (TraceCta's static word and the GEMMs' wait sums, trace_consumer_wait[8][2].)
+  static_assert(kSmemBytes + 16 + 128 <= 232448, "trace builds: the trace's static shared memory must fit too");
 #endif
   static_assert(kBN <= kMaxTileTokens, "the workspace's rows_cap slack must cover a full-tile activation copy");
 };
