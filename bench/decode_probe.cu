@@ -41,8 +41,8 @@ constexpr int kSlots = 8;  // chunk slots the loop cycles through (the kernels' 
 // decode_k16 with the rotations on the FMA pipe (session 8's experiment in the kernel, which lost
 // 2-5%): registers 2 and 3's rotations by 4 and 6 wrap no masked bit, so they are products by 16
 // and 64 (IMAD); the rotations by 10 and 14 are the two halves of a 64-bit product by 2^r, merged by
-// the masking LOP3 ((lo | hi) & mask). The same bits as decode_k16; 5 ALU instructions a word
-// instead of 9.
+// the masking LOP3 ((lo | hi) & mask). 5 ALU instructions a word instead of 9; main() checks that
+// it gives decode_k16's bits (check_fma_decode) before timing anything.
 __device__ __forceinline__ uint32_t mul_u32(uint32_t a, uint32_t b) {
   uint32_t d;
   asm("mul.lo.u32 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
@@ -54,8 +54,8 @@ __device__ __forceinline__ uint2 mul_wide_u32(uint32_t a, uint32_t b) {
   return make_uint2(uint32_t(d), uint32_t(d >> 32));
 }
 __device__ __forceinline__ uint32_t lop3_or_and(uint32_t a, uint32_t b, uint32_t c) {  // (a | b) & c
-  uint32_t d;
-  asm("lop3.b32 %0, %1, %2, %3, 0xE0;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  uint32_t d;  // truth table (0xF0 | 0xCC) & 0xAA
+  asm("lop3.b32 %0, %1, %2, %3, 0xA8;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
   return d;
 }
 __device__ __forceinline__ void decode_k16_fma(uint32_t w, uint32_t s_pair, uint32_t (&a)[4], uint32_t k16,
@@ -66,6 +66,21 @@ __device__ __forceinline__ void decode_k16_fma(uint32_t w, uint32_t s_pair, uint
   a[1] = bf16x2_mul_half<1>(lop3_or_and(r10.x, r10.y, kMask), s_pair);
   a[2] = bf16x2_mul_half<0>(mul_u32(w, k16) & kMask, s_pair);
   a[3] = bf16x2_mul_half<1>((mul_u32(w, k64) & 0x80C080C0u) | lop3_or_and(r14.x, r14.y, 0x01000100u), s_pair);
+}
+
+// decode_k16_fma against decode_k16 on n words (word i: a hash of i), each with scale pair i's bits:
+// the count of differing registers goes to *bad.
+__global__ void check_fma_decode(int n, unsigned int* bad) {
+  const layout::ScaleCodec codec = layout::scale_codec(false);
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const uint32_t w = uint32_t(i) * 2654435761u ^ (uint32_t(i) >> 7) * 40503u;
+    const uint32_t s_pair = layout::scale_pair_bits(uint32_t(i) * 97u % (144u * 256u), i % 4, codec);
+    uint32_t a[4], b[4];
+    decode_k16(w, s_pair, a);
+    decode_k16_fma(w, s_pair, b, opaque_u32(16), opaque_u32(64), opaque_u32(1024), opaque_u32(16384));
+    for (int q = 0; q < 4; ++q)
+      if (a[q] != b[q]) atomicAdd(bad, 1u);
+  }
 }
 
 template <int kWGs, int kN>
@@ -322,6 +337,11 @@ void report_stream(int sms, int chunks, int reps, const uint8_t* d_w, const uint
                    int tile_chunks = 0, int epi = 0, int interleave = 0) {
   constexpr int kChunkW = kWGs * layout::kUnitBytes;
   if (tile_chunks <= 0) tile_chunks = chunks;
+  if (chunks % 2 != 0 || tile_chunks % 2 != 0 || chunks % tile_chunks != 0) {  // two chunks a stage, whole tiles
+    std::fprintf(stderr, "error: stream probe: %d chunks in tiles of %d (both even, whole tiles)\n", chunks,
+                 tile_chunks);
+    std::exit(2);
+  }
   const int smem = 2 * kStages * (16 * 128 + kChunkW) + (kStages + 1) * 16 + kWGs * 128 * 8 * 4 + 1024;
   auto kernel = stream_loop<kWGs, kStages, kCompute>;
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess) {
@@ -336,8 +356,10 @@ void report_stream(int sms, int chunks, int reps, const uint8_t* d_w, const uint
     cudaEventRecord(e0);
     kernel<<<sms, (kWGs + 1) * 128, smem>>>(d_w, d_act, chunks, tile_chunks, epi, interleave, d_sink);
     cudaEventRecord(e1);
-    if (cudaEventSynchronize(e1) != cudaSuccess || cudaGetLastError() != cudaSuccess) {
-      std::fprintf(stderr, "error: stream probe failed: %s\n", cudaGetErrorString(cudaGetLastError()));
+    cudaError_t err = cudaEventSynchronize(e1);
+    if (err == cudaSuccess) err = cudaGetLastError();
+    if (err != cudaSuccess) {
+      std::fprintf(stderr, "error: stream probe failed: %s\n", cudaGetErrorString(err));
       std::exit(1);
     }
     float ms = 0;
@@ -352,7 +374,7 @@ void report_stream(int sms, int chunks, int reps, const uint8_t* d_w, const uint
   char name[32];
   std::snprintf(name, sizeof name, "%s%s%s", kCompute ? "stream+mma" : "stream", epi ? "+epi" : "",
                 interleave ? "+il" : "");
-  std::printf("%-14s  %3d  %6d  %6d  %5d  %9.1f  %8.2f  %9.1f\n", name, kWGs, kStages, chunks, tile_chunks, ms * 1e3,
+  std::printf("%-18s  %3d  %6d  %6d  %5d  %9.1f  %8.2f  %9.1f\n", name, kWGs, kStages, chunks, tile_chunks, ms * 1e3,
               bytes / (ms * 1e-3) / 1e12, bytes / (ms * 1e-3) / 1e9 / sms);
 }
 
@@ -446,9 +468,11 @@ Result run(int sms, int iters, int reps, const uint4* d_src, uint32_t* d_sink, l
     cudaEventRecord(e0);
     kernel<<<sms, kWGs * 128, smem>>>(d_src, iters, d_sink, d_cycles);
     cudaEventRecord(e1);
-    if (cudaEventSynchronize(e1) != cudaSuccess || cudaGetLastError() != cudaSuccess) {
+    cudaError_t err = cudaEventSynchronize(e1);
+    if (err == cudaSuccess) err = cudaGetLastError();
+    if (err != cudaSuccess) {
       std::fprintf(stderr, "error: probe %s x%d N=%d failed: %s\n", kModeNames[kMode], kWGs, kN,
-                   cudaGetErrorString(cudaGetLastError()));
+                   cudaGetErrorString(err));
       std::exit(1);
     }
     if (r < 2) continue;
@@ -489,17 +513,18 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "error: %s needs a value\n", a.c_str());
         std::exit(2);
       }
-      const int v = std::atoi(argv[++i]);
-      if (v <= 0) {
-        std::fprintf(stderr, "error: %s = '%s' is not a positive integer\n", a.c_str(), argv[i]);
+      char* end = nullptr;
+      const long v = std::strtol(argv[++i], &end, 10);
+      if (end == argv[i] || *end != '\0' || v <= 0 || v > (1L << 30)) {
+        std::fprintf(stderr, "error: %s = '%s' is not an integer in [1, 2^30]\n", a.c_str(), argv[i]);
         std::exit(2);
       }
-      return v;
+      return int(v);
     };
     if (a == "--iters") iters = (value() + 1) / 2 * 2;
     else if (a == "--reps") reps = value();
     else {
-      std::fprintf(stderr, "usage: fp4moe-decode-probe [--iters N] [--reps N]\n");
+      std::fprintf(stderr, "usage: fp4moe-decode-probe [--iters N (rounded up to even)] [--reps N]\n");
       return 2;
     }
   }
@@ -517,10 +542,29 @@ int main(int argc, char** argv) {
   uint4* d_src = nullptr;
   uint32_t* d_sink = nullptr;
   long long* d_cycles = nullptr;
-  cudaMalloc(&d_src, kMaxBytes);
-  cudaMalloc(&d_sink, size_t(sms) * 1024 * 4);
-  cudaMalloc(&d_cycles, size_t(sms) * 8 * sizeof(long long));
-  cudaMemcpy(d_src, host.data(), kMaxBytes, cudaMemcpyHostToDevice);
+  unsigned int* d_bad = nullptr;
+  if (cudaMalloc(&d_src, kMaxBytes) != cudaSuccess || cudaMalloc(&d_sink, size_t(sms) * 1024 * 4) != cudaSuccess ||
+      cudaMalloc(&d_cycles, size_t(sms) * 8 * sizeof(long long)) != cudaSuccess ||
+      cudaMalloc(&d_bad, sizeof(unsigned int)) != cudaSuccess ||
+      cudaMemcpy(d_src, host.data(), kMaxBytes, cudaMemcpyHostToDevice) != cudaSuccess ||
+      cudaMemset(d_bad, 0, sizeof(unsigned int)) != cudaSuccess) {
+    std::fprintf(stderr, "error: device buffers: %s\n", cudaGetErrorString(cudaGetLastError()));
+    return 1;
+  }
+  // The FMA-pipe decode must give decode_k16's bits (else its timing means nothing).
+  constexpr int kCheckWords = 1 << 22;
+  check_fma_decode<<<sms * 4, 256>>>(kCheckWords, d_bad);
+  unsigned int bad = 0;
+  if (cudaMemcpy(&bad, d_bad, sizeof bad, cudaMemcpyDeviceToHost) != cudaSuccess) {
+    std::fprintf(stderr, "error: check_fma_decode: %s\n", cudaGetErrorString(cudaGetLastError()));
+    return 1;
+  }
+  if (bad != 0) {
+    std::fprintf(stderr, "error: decode_k16_fma differs from decode_k16 in %u of %d registers\n", bad, 4 * kCheckWords);
+    return 1;
+  }
+  cudaFree(d_bad);
+  std::printf("decode_k16_fma gives decode_k16's bits on %d words\n", kCheckWords);
   std::printf("%s, %d SMs; %d chunks a warpgroup, median of %d launches\n", prop.name, sms, iters, reps);
   std::printf("%-10s  %3s  %3s  %9s  %8s  %9s  %8s  %6s\n", "variant", "WGs", "N", "cyc/chunk", "cyc/unit",
               "GB/s/SM", "TB/s", "GHz");
@@ -561,7 +605,7 @@ int main(int argc, char** argv) {
   }
   cudaMemset(d_w, 0x5a, w_bytes);
   cudaMemset(d_act, 0x3c, 64 * 2048);
-  std::printf("\n%-14s  %3s  %6s  %6s  %5s  %9s  %8s  %9s\n", "pipeline", "WGs", "stages", "chunks", "tile", "us",
+  std::printf("\n%-18s  %3s  %6s  %6s  %5s  %9s  %8s  %9s\n", "pipeline", "WGs", "stages", "chunks", "tile", "us",
               "TB/s", "GB/s/SM");
   for (int chunks : {112, long_chunks}) {
     report_stream<4, 4, false>(sms, chunks, reps, d_w, d_act, d_sink);
