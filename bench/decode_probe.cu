@@ -35,7 +35,8 @@
 namespace fp4moe::sm90::probe {
 
 enum Mode : int { kFull, kDecode, kMma, kInterleave, kSync, kSyncMma, kFullFma, kDecodeFma };
-constexpr const char* kModeNames[] = {"full", "decode", "mma", "interleave", "sync", "sync-mma", "full-fma", "decode-fma"};
+constexpr const char* kModeNames[] = {"full", "decode",   "mma",      "interleave",
+                                      "sync", "sync-mma", "full-fma", "decode-fma"};
 constexpr int kSlots = 8;  // chunk slots the loop cycles through (the kernels' stages x chunks)
 
 // decode_k16 with the rotations on the FMA pipe (session 8's experiment in the kernel, which lost
@@ -311,7 +312,10 @@ __global__ void __launch_bounds__((kWGs + 1) * 128, 1)
 #pragma unroll
       for (int j = 0; j < 4; ++j)
 #pragma unroll
-        for (int q = 0; q < 4; ++q) cute::warpgroup_fence_operand(a[0][j][q]), cute::warpgroup_fence_operand(a[1][j][q]);
+        for (int q = 0; q < 4; ++q) {
+          cute::warpgroup_fence_operand(a[0][j][q]);
+          cute::warpgroup_fence_operand(a[1][j][q]);
+        }
 #pragma unroll
       for (int i = 0; i < kN / 2; ++i) cute::warpgroup_fence_operand(acc[i]);
       if (epi) {

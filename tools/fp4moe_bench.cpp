@@ -642,9 +642,9 @@ void write_json(const Options& o, const MoeProblem& p, const char* gpu, const Ce
       first = true;
       for (size_t k = 0; k < r.trace_waits.size(); ++k) {
         if (r.trace_waits[k][0] < 0) continue;
-        f << (first ? "" : ", ") << "\"" << kTraceKernelNames[k] << "\": {\"consumers_waiting\": " << r.trace_waits[k][0]
-          << ", \"producer_waiting\": " << r.trace_waits[k][1] << ", \"consumers_in_k_loops\": " << r.trace_waits[k][2]
-          << "}";
+        f << (first ? "" : ", ") << "\"" << kTraceKernelNames[k]
+          << "\": {\"consumers_waiting\": " << r.trace_waits[k][0] << ", \"producer_waiting\": " << r.trace_waits[k][1]
+          << ", \"consumers_in_k_loops\": " << r.trace_waits[k][2] << "}";
         first = false;
       }
       f << "}";

@@ -2,9 +2,10 @@
 // compiles to nothing otherwise, so the kernels of a normal build are unchanged). Each traced
 // kernel records in the workspace's trace words (WorkspaceLayout::trace), in %globaltimer
 // nanoseconds: the first and the last CTA's start, the first and the last return from
-// griddepcontrol.wait, and the first and the last CTA's end. `fp4moe-bench --trace` prints them for one CUDA-graph replay: where a
-// forward's time goes between kernels under programmatic dependent launch, which Nsight Compute
-// (one kernel at a time) does not show and the GPU machine has no Nsight Systems for.
+// griddepcontrol.wait, and the first and the last CTA's end. `fp4moe-bench --trace` prints them for
+// one CUDA-graph replay: where a forward's time goes between kernels under programmatic dependent
+// launch, which Nsight Compute (one kernel at a time) does not show and the GPU machine has no
+// Nsight Systems for.
 #pragma once
 
 #include <cstdint>
@@ -27,8 +28,8 @@ enum TraceKernel : int {
   kTraceKernels
 };
 inline constexpr const char* kTraceKernelNames[kTraceKernels] = {
-    "route", "plan", "plan_count", "plan_scan", "plan_assign", "plan_permute", "permute", "gemm1", "gemm1_tail", "gemm2", "gemm2_tail",
-    "finalize"};
+    "route", "plan",       "plan_count", "plan_scan",  "plan_assign", "plan_permute",
+    "permute", "gemm1",    "gemm1_tail", "gemm2",      "gemm2_tail",  "finalize"};
 // Words per kernel, all maxima so that a zeroed buffer is an empty trace: ~(first start),
 // ~(first wait return), last wait return, last end, last start, ~(first end). A kernel that did not
 // run keeps zeros. Then sums, written by the sm90 GEMMs only (SM clock cycles, thread 0 of each
