@@ -123,17 +123,24 @@ __global__ void __launch_bounds__(kWGs * 128, 1)
   };
   // (The multipliers of the FMA-pipe decode, opaque so that ptxas keeps them multiplies.)
   const uint32_t k16 = opaque_u32(16), k64 = opaque_u32(64), k1024 = opaque_u32(1024), k16384 = opaque_u32(16384);
-  auto decode = [&](uint32_t(&f)[4][4], int slot) {
+  // A chunk's code words (one a k16 step) and its scale words (steps 0-1 and 2-3) from slot `slot`.
+  auto load = [&](int slot, uint32_t(&words)[4], uint2& sc) {
     const uint32_t off = uint32_t(slot) * L::kChunkW;
     const uint4 codes = lds_u32x4(my_codes + off);
-    const uint2 sc = lds_u32x2(my_scales + off);
-    const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
+    sc = lds_u32x2(my_scales + off);
+    words[0] = codes.x, words[1] = codes.y, words[2] = codes.z, words[3] = codes.w;
+  };
+  auto decode = [&](uint32_t(&f)[4][4], int slot) {
+    uint32_t words[4];
+    uint2 sc;
+    load(slot, words, sc);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
+      const uint32_t s_pair = layout::scale_pair_bits(j < 2 ? sc.x : sc.y, j, codec);
       if constexpr (kMode == kFullFma || kMode == kDecodeFma)
-        decode_k16_fma(words[j], layout::scale_pair_bits(j < 2 ? sc.x : sc.y, j, codec), f[j], k16, k64, k1024, k16384);
+        decode_k16_fma(words[j], s_pair, f[j], k16, k64, k1024, k16384);
       else
-        decode_k16(words[j], layout::scale_pair_bits(j < 2 ? sc.x : sc.y, j, codec), f[j]);
+        decode_k16(words[j], s_pair, f[j]);
     }
   };
   auto desc_of = [&](int slot) { return desc0 + uint64_t(uint32_t(slot) * (L::kBTile / 16)); };
@@ -158,10 +165,9 @@ __global__ void __launch_bounds__(kWGs * 128, 1)
     }
     if constexpr (kMode == kFull || kMode == kFullFma) decode(a[buf], slot);
     if constexpr (kMode == kInterleave) {
-      const uint32_t off = uint32_t(slot) * L::kChunkW;
-      const uint4 codes = lds_u32x4(my_codes + off);
-      const uint2 sc = lds_u32x2(my_scales + off);
-      const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
+      uint32_t words[4];
+      uint2 sc;
+      load(slot, words, sc);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         decode_k16(words[j], layout::scale_pair_bits(j < 2 ? sc.x : sc.y, j, codec), a[buf][j]);
@@ -336,6 +342,32 @@ __global__ void __launch_bounds__((kWGs + 1) * 128, 1)
   sink[blockIdx.x * blockDim.x + threadIdx.x] = x;
 }
 
+// Runs `launch` reps + 2 times (two warm-ups first), each between two events, and hands each timed
+// launch's milliseconds to `after`. A failed launch ends the program with its error and `what`.
+template <class Launch, class After>
+void timed_launches(int reps, const char* what, Launch&& launch, After&& after) {
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  for (int r = 0; r < reps + 2; ++r) {
+    cudaEventRecord(e0);
+    launch();
+    cudaEventRecord(e1);
+    cudaError_t err = cudaEventSynchronize(e1);
+    if (err == cudaSuccess) err = cudaGetLastError();
+    if (err != cudaSuccess) {
+      std::fprintf(stderr, "error: %s failed: %s\n", what, cudaGetErrorString(err));
+      std::exit(1);
+    }
+    if (r < 2) continue;
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    after(ms);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+}
+
 template <int kWGs, int kStages, bool kCompute>
 void report_stream(int sms, int chunks, int reps, const uint8_t* d_w, const uint8_t* d_act, uint32_t* d_sink,
                    int tile_chunks = 0, int epi = 0, int interleave = 0) {
@@ -352,26 +384,11 @@ void report_stream(int sms, int chunks, int reps, const uint8_t* d_w, const uint
     std::fprintf(stderr, "error: cudaFuncSetAttribute: %s\n", cudaGetErrorString(cudaGetLastError()));
     std::exit(1);
   }
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
   std::vector<float> times;
-  for (int r = 0; r < reps + 2; ++r) {
-    cudaEventRecord(e0);
-    kernel<<<sms, (kWGs + 1) * 128, smem>>>(d_w, d_act, chunks, tile_chunks, epi, interleave, d_sink);
-    cudaEventRecord(e1);
-    cudaError_t err = cudaEventSynchronize(e1);
-    if (err == cudaSuccess) err = cudaGetLastError();
-    if (err != cudaSuccess) {
-      std::fprintf(stderr, "error: stream probe failed: %s\n", cudaGetErrorString(err));
-      std::exit(1);
-    }
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    if (r >= 2) times.push_back(ms);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
+  timed_launches(
+      reps, "stream probe",
+      [&] { kernel<<<sms, (kWGs + 1) * 128, smem>>>(d_w, d_act, chunks, tile_chunks, epi, interleave, d_sink); },
+      [&](float ms) { times.push_back(ms); });
   std::sort(times.begin(), times.end());
   const double ms = times[times.size() / 2];
   const double bytes = double(sms) * chunks * kChunkW;
@@ -456,39 +473,27 @@ template <int kWGs, int kMode, int kN>
 Result run(int sms, int iters, int reps, const uint4* d_src, uint32_t* d_sink, long long* d_cycles) {
   using L = ProbeLayout<kWGs, kN>;
   const int smem = L::kBytes + 1024;
-  auto kernel = decode_loop<kWGs, kMode, kN>;
-  if constexpr (kMode == kSync || kMode == kSyncMma) kernel = sync_loop<kWGs, kMode>;
+  auto kernel = [] {
+    if constexpr (kMode == kSync || kMode == kSyncMma) return sync_loop<kWGs, kMode>;
+    else return decode_loop<kWGs, kMode, kN>;
+  }();
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess) {
     std::fprintf(stderr, "error: cudaFuncSetAttribute: %s\n", cudaGetErrorString(cudaGetLastError()));
     std::exit(1);
   }
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
   std::vector<float> times;
   std::vector<long long> cyc(size_t(sms) * kWGs);
   std::vector<double> per_chunk;
-  for (int r = 0; r < reps + 2; ++r) {  // two warm-up launches
-    cudaEventRecord(e0);
-    kernel<<<sms, kWGs * 128, smem>>>(d_src, iters, d_sink, d_cycles);
-    cudaEventRecord(e1);
-    cudaError_t err = cudaEventSynchronize(e1);
-    if (err == cudaSuccess) err = cudaGetLastError();
-    if (err != cudaSuccess) {
-      std::fprintf(stderr, "error: probe %s x%d N=%d failed: %s\n", kModeNames[kMode], kWGs, kN,
-                   cudaGetErrorString(err));
-      std::exit(1);
-    }
-    if (r < 2) continue;
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    times.push_back(ms);
-    cudaMemcpy(cyc.data(), d_cycles, cyc.size() * sizeof(long long), cudaMemcpyDeviceToHost);
-    std::sort(cyc.begin(), cyc.end());
-    per_chunk.push_back(double(cyc[cyc.size() / 2]) / iters);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
+  char what[64];
+  std::snprintf(what, sizeof what, "probe %s x%d N=%d", kModeNames[kMode], kWGs, kN);
+  timed_launches(
+      reps, what, [&] { kernel<<<sms, kWGs * 128, smem>>>(d_src, iters, d_sink, d_cycles); },
+      [&](float ms) {
+        times.push_back(ms);
+        cudaMemcpy(cyc.data(), d_cycles, cyc.size() * sizeof(long long), cudaMemcpyDeviceToHost);
+        std::sort(cyc.begin(), cyc.end());
+        per_chunk.push_back(double(cyc[cyc.size() / 2]) / iters);
+      });
   std::sort(times.begin(), times.end());
   std::sort(per_chunk.begin(), per_chunk.end());
   return {times[times.size() / 2], per_chunk[per_chunk.size() / 2]};
