@@ -84,6 +84,38 @@ __global__ void check_fma_decode(int n, unsigned int* bad) {
   }
 }
 
+__device__ __forceinline__ void fence_fragments(uint32_t (&f)[4][4]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+#pragma unroll
+    for (int q = 0; q < 4; ++q) cute::warpgroup_fence_operand(f[j][q]);
+}
+template <int kAcc>
+__device__ __forceinline__ void fence_accumulators(float (&acc)[kAcc]) {
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
+}
+
+// The MMA half of a chunk as consume_tile issues it: the decoded fragments `f`, the four k16 steps
+// on B descriptor `desc` (the first one starting the sum when `first`) behind one warpgroup fence,
+// committed; then the previous chunk's MMAs waited for, so that its buffer `other` may be rewritten.
+template <int kN>
+__device__ __forceinline__ void mma_chunk(uint32_t (&f)[4][4], uint32_t (&other)[4][4], float (&acc)[kN / 2],
+                                          uint64_t desc, bool first) {
+  fence_fragments(f);
+  fence_accumulators(acc);
+  cute::warpgroup_arrive();
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    mma_rs<typename RsMma<kN>::Op>(f[j], desc + uint64_t(2 * j), acc,
+                                   j == 0 && first ? gmma::ScaleOut::Zero : gmma::ScaleOut::One,
+                                   std::make_index_sequence<kN / 2>{});
+  cute::warpgroup_commit_batch();
+  fence_accumulators(acc);
+  cute::warpgroup_wait<1>();
+  fence_fragments(other);
+}
+
 template <int kWGs, int kN>
 struct ProbeLayout {
   static constexpr int kBTile = kN * 128;  // kN rows x 64 bf16, 128-byte swizzle (whole 8-row atoms)
@@ -111,16 +143,6 @@ __global__ void __launch_bounds__(kWGs * 128, 1)
   constexpr int kAcc = kN / 2;
   float acc[kAcc];
   uint32_t a[2][4][4];
-  auto fence_frag = [&](uint32_t(&f)[4][4]) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) cute::warpgroup_fence_operand(f[j][q]);
-  };
-  auto fence_acc = [&] {
-#pragma unroll
-    for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
-  };
   // (The multipliers of the FMA-pipe decode, opaque so that ptxas keeps them multiplies.)
   const uint32_t k16 = opaque_u32(16), k64 = opaque_u32(64), k1024 = opaque_u32(1024), k16384 = opaque_u32(16384);
   // A chunk's code words (one a k16 step) and its scale words (steps 0-1 and 2-3) from slot `slot`.
@@ -173,22 +195,18 @@ __global__ void __launch_bounds__(kWGs * 128, 1)
         decode_k16(words[j], layout::scale_pair_bits(j < 2 ? sc.x : sc.y, j, codec), a[buf][j]);
 #pragma unroll
         for (int q = 0; q < 4; ++q) cute::warpgroup_fence_operand(a[buf][j][q]);
-        fence_acc();
+        fence_accumulators(acc);
         cute::warpgroup_arrive();
         mma(a[buf][j], desc_of(slot) + uint64_t(2 * j), j == 0 && i == 0);
-        fence_acc();
+        fence_accumulators(acc);
       }
+      cute::warpgroup_commit_batch();
+      fence_accumulators(acc);
+      cute::warpgroup_wait<1>();  // the previous chunk's MMAs are done: its buffer may be rewritten
+      fence_fragments(a[buf ^ 1]);
     } else {
-      fence_frag(a[buf]);
-      fence_acc();
-      cute::warpgroup_arrive();
-#pragma unroll
-      for (int j = 0; j < 4; ++j) mma(a[buf][j], desc_of(slot) + uint64_t(2 * j), j == 0 && i == 0);
+      mma_chunk<kN>(a[buf], a[buf ^ 1], acc, desc_of(slot), i == 0);
     }
-    cute::warpgroup_commit_batch();
-    fence_acc();
-    cute::warpgroup_wait<1>();  // the previous chunk's MMAs are done: its buffer may be rewritten
-    fence_frag(a[buf ^ 1]);
   };
   const long long t0 = clock64();
   for (int i = 0; i < iters; i += 2) {
@@ -196,7 +214,7 @@ __global__ void __launch_bounds__(kWGs * 128, 1)
     chunk(std::integral_constant<int, 1>{}, i + 1);
   }
   cute::warpgroup_wait<0>();
-  fence_acc();
+  fence_accumulators(acc);
   const long long t1 = clock64();
   uint32_t x = 0;
   if constexpr (kMode != kDecode && kMode != kDecodeFma) {
@@ -281,27 +299,7 @@ __global__ void __launch_bounds__((kWGs + 1) * 128, 1)
     const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
 #pragma unroll
     for (int j = 0; j < 4; ++j) decode_k16(words[j], layout::scale_pair_bits(j < 2 ? sc.x : sc.y, j, codec), a[buf][j]);
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) cute::warpgroup_fence_operand(a[buf][j][q]);
-#pragma unroll
-    for (int i = 0; i < kN / 2; ++i) cute::warpgroup_fence_operand(acc[i]);
-    cute::warpgroup_arrive();
-    const uint64_t desc = desc0 + uint64_t(uint32_t(slot) * (kBTile / 16));
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      mma_rs<typename RsMma<kN>::Op>(a[buf][j], desc + uint64_t(2 * j), acc,
-                                     j == 0 && first ? gmma::ScaleOut::Zero : gmma::ScaleOut::One,
-                                     std::make_index_sequence<kN / 2>{});
-    cute::warpgroup_commit_batch();
-#pragma unroll
-    for (int i = 0; i < kN / 2; ++i) cute::warpgroup_fence_operand(acc[i]);
-    cute::warpgroup_wait<1>();
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) cute::warpgroup_fence_operand(a[buf ^ 1][j][q]);
+    mma_chunk<kN>(a[buf], a[buf ^ 1], acc, desc0 + uint64_t(uint32_t(slot) * (kBTile / 16)), first);
   };
   float* const stg = reinterpret_cast<float*>(smem + kOffBars + 2 * (kStages + 1) * 8) + c * 128 * (kN / 2);
   for (int k0 = 0; k0 < chunks; k0 += tile_chunks) {  // tiles (as the kernels' consumer loop)
@@ -315,15 +313,9 @@ __global__ void __launch_bounds__((kWGs + 1) * 128, 1)
     }
     if constexpr (kCompute) {  // the tile's end: the MMAs drained (unconditionally, as consume_tile)
       cute::warpgroup_wait<0>();
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          cute::warpgroup_fence_operand(a[0][j][q]);
-          cute::warpgroup_fence_operand(a[1][j][q]);
-        }
-#pragma unroll
-      for (int i = 0; i < kN / 2; ++i) cute::warpgroup_fence_operand(acc[i]);
+      fence_fragments(a[0]);
+      fence_fragments(a[1]);
+      fence_accumulators(acc);
       if (epi) {
 #pragma unroll
         for (int i = 0; i < kN / 2; ++i) stg[i * 128 + tid] = acc[i];
