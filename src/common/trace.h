@@ -71,6 +71,8 @@ class TraceCta {
     }
     __syncthreads();
   }
+  // This kernel's trace words (null without a trace), for sums a kernel adds itself (TraceSum).
+  __device__ unsigned long long* slot() const { return slot_; }
   __device__ void waited() const {
     if (threadIdx.x != 0 || !slot_) return;
     const uint64_t t = trace_now();
@@ -92,6 +94,7 @@ class TraceCta {
 };
 #define FP4MOE_TRACE_CTA(trace, kernel) ::fp4moe::TraceCta fp4moe_trace_cta_((trace), (kernel))
 #define FP4MOE_TRACE_WAITED() fp4moe_trace_cta_.waited()
+#define FP4MOE_TRACE_SLOT() fp4moe_trace_cta_.slot()
 #define FP4MOE_TRACE_ONLY(...) __VA_ARGS__
 #else
 #define FP4MOE_TRACE_ONLY(...)

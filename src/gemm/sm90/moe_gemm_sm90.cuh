@@ -192,7 +192,7 @@ struct Sm90Traits {
   // (The descriptor arithmetic of consume_tile needs shared addresses below 2^18: sm90 has 228 KB.)
   static_assert(kSmemBytes <= 232448, "sm90 shared memory per CTA");
 #if FP4MOE_TRACE
-  // (TraceCta's static word and the GEMMs' wait sums, trace_consumer_wait[8][2].)
+  // (TraceCta's static word and the GEMMs' wait sums, trace_consumer_acc[8][2].)
   static_assert(kSmemBytes + 16 + 128 <= 232448, "trace builds: the trace's static shared memory must fit too");
 #endif
   static_assert(kBN <= kMaxTileTokens, "the workspace's rows_cap slack must cover a full-tile activation copy");
@@ -235,9 +235,10 @@ struct ConsumerCtx {
   int64_t tile;
   int split, split_index;
   int token_tile;  // the plan's token tile of this work unit (GEMM1 with overlap counts in tile_done)
-  // Trace builds: thread 0's running sum of its waits for full stages (shared memory, added to the
-  // trace words once at the end: an atomic per stage slowed the traced decode by ~16%).
-  FP4MOE_TRACE_ONLY(unsigned long long* trace_wait;)  // [0] full-stage waits, [1] K loops
+  // Trace builds: thread 0's running sums, in shared memory, of its waits for full stages [0] and of
+  // its time in K loops [1] (added to the trace words once at the end: an atomic per stage slowed
+  // the traced decode by ~16%).
+  FP4MOE_TRACE_ONLY(unsigned long long* trace_acc;)
 };
 
 // One tile of one consumer warpgroup with a wgmma N of kN: the K loop and the epilogue.
@@ -286,7 +287,7 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
     if constexpr (c == 0) {
       FP4MOE_TRACE_ONLY(const long long wait_from = clock64();)
       mbar_wait(&x.full[ps.stage], ps.phase);
-      FP4MOE_TRACE_ONLY(if (x.tid == 0) *x.trace_wait += (unsigned long long)(clock64() - wait_from);)
+      FP4MOE_TRACE_ONLY(if (x.tid == 0) x.trace_acc[0] += (unsigned long long)(clock64() - wait_from);)
     }
     if (live) {
       // The stage's offset times a constant plus the chunk's constant: the chunk-1 loads and
@@ -387,7 +388,7 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
   release_stage(&x.empty[prev_stage]);
-  FP4MOE_TRACE_ONLY(if (x.tid == 0) x.trace_wait[1] += (unsigned long long)(clock64() - k_loop_from);)
+  FP4MOE_TRACE_ONLY(if (x.tid == 0) x.trace_acc[1] += (unsigned long long)(clock64() - k_loop_from);)
   if (!active) return;
 
   // ---- Split-K: partial sums out, the tile's last unit sums them in range order --------------------
@@ -613,12 +614,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   FP4MOE_TRACE_CTA(p.ws.trace, T::kGemm1 ? (p.tail_of > 0 ? kTraceGemm1Tail : kTraceGemm1)
                                          : (p.tail_of > 0 ? kTraceGemm2Tail : kTraceGemm2));
   FP4MOE_TRACE_ONLY(
-      unsigned long long* const trace_sums =
-          p.ws.trace ? p.ws.trace + kTraceWords * (T::kGemm1 ? (p.tail_of > 0 ? kTraceGemm1Tail : kTraceGemm1)
-                                                            : (p.tail_of > 0 ? kTraceGemm2Tail : kTraceGemm2))
-                     : nullptr;
+      unsigned long long* const trace_sums = FP4MOE_TRACE_SLOT();
       const long long trace_from = clock64();
-      __shared__ unsigned long long trace_consumer_wait[8][2];
+      __shared__ unsigned long long trace_consumer_acc[8][2];
       unsigned long long trace_producer_wait = 0;)
 
   const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);  // warp-uniform for ptxas
@@ -778,9 +776,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   x.staging = smem + T::kOffStaging + x.c * T::kStagingBytes;
   x.row_weight = reinterpret_cast<float*>(smem + T::kOffRowWeight) + x.c * T::kBN;
   x.split = __shfl_sync(0xffffffffu, split, 0);
-  FP4MOE_TRACE_ONLY(static_assert(T::kConsumers <= 8, "trace_consumer_wait");
-                    x.trace_wait = trace_consumer_wait[x.c];
-                    if (tid == 0) x.trace_wait[0] = x.trace_wait[1] = 0;)
+  FP4MOE_TRACE_ONLY(static_assert(T::kConsumers <= 8, "trace_consumer_acc");
+                    x.trace_acc = trace_consumer_acc[x.c];
+                    if (tid == 0) x.trace_acc[0] = x.trace_acc[1] = 0;)
   PipeState ps;
   for (int64_t w = blockIdx.x; w < num_work; w += gridDim.x) {
     const int64_t t = w / split;
@@ -797,8 +795,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
     consume_bucketed<T, kDirect>(p, x, tc, mu, active, bucket, ps);
   }
   FP4MOE_TRACE_ONLY(if (tid == 0 && trace_sums) {
-    atomicAdd(trace_sums + kTraceConsumerWait, x.trace_wait[0]);
-    atomicAdd(trace_sums + kTraceConsumerKLoop, x.trace_wait[1]);
+    atomicAdd(trace_sums + kTraceConsumerWait, x.trace_acc[0]);
+    atomicAdd(trace_sums + kTraceConsumerKLoop, x.trace_acc[1]);
     atomicAdd(trace_sums + kTraceConsumerTime, (unsigned long long)(clock64() - trace_from));
   })
   if constexpr (kDirect) {
