@@ -11,7 +11,10 @@
 //   full-fma    the full mode with the decode's rotations on the FMA pipe (decode-fma: without MMAs)
 //   sync        the decode with warp-level mma.sync m16n8k16 (B by ldmatrix) instead of wgmma
 //   sync-mma    those MMAs and B loads alone
-// for 1 to 8 consumer warpgroups a CTA and wgmma N of 8, 16 or 32. It prints, per variant, the
+//   full-1buf   the full mode with one fragment buffer, as the kernels' wide tiles (BN64/80/96/128
+//               with 4 consumers) run: a chunk's decode waits for the warpgroup's previous MMAs
+// for 1 to 8 consumer warpgroups a CTA and wgmma N of 8 to 128 ("--set wide": the prefill tiles'
+// N with one and two fragment buffers; "--set decode": the N <= 32 variants; "--set pipeline"). It prints, per variant, the
 // cycles a warpgroup takes per chunk and the weight rate that would be per SM and per GPU. Then the
 // same with memory ("pipeline"): a producer thread streaming weights from a buffer larger than L2
 // through 4, 6 or 9 stages, the consumers only releasing them ("stream") or decoding and running
@@ -34,9 +37,9 @@
 
 namespace fp4moe::sm90::probe {
 
-enum Mode : int { kFull, kDecode, kMma, kInterleave, kSync, kSyncMma, kFullFma, kDecodeFma };
-constexpr const char* kModeNames[] = {"full", "decode",   "mma",      "interleave",
-                                      "sync", "sync-mma", "full-fma", "decode-fma"};
+enum Mode : int { kFull, kDecode, kMma, kInterleave, kSync, kSyncMma, kFullFma, kDecodeFma, kFull1 };
+constexpr const char* kModeNames[] = {"full", "decode",   "mma",        "interleave", "sync",
+                                      "sync-mma", "full-fma", "decode-fma", "full-1buf"};
 constexpr int kSlots = 8;  // chunk slots the loop cycles through (the kernels' stages x chunks)
 
 // decode_k16 with the rotations on the FMA pipe (session 8's experiment in the kernel, which lost
@@ -183,6 +186,13 @@ __global__ void __launch_bounds__(kWGs * 128, 1)
 #pragma unroll
       for (int j = 0; j < 4; ++j)
         asm volatile("" : "+r"(a[buf][j][0]), "+r"(a[buf][j][1]), "+r"(a[buf][j][2]), "+r"(a[buf][j][3]));
+      return;
+    }
+    if constexpr (kMode == kFull1) {
+      cute::warpgroup_wait<0>();  // the previous chunk's MMAs no longer read the one buffer
+      fence_fragments(a[0]);
+      decode(a[0], slot);
+      mma_chunk<kN>(a[0], a[0], acc, desc_of(slot), i == 0);
       return;
     }
     if constexpr (kMode == kFull || kMode == kFullFma) decode(a[buf], slot);
@@ -507,6 +517,7 @@ void report(int sms, int iters, int reps, const uint4* d_src, uint32_t* d_sink, 
 int main(int argc, char** argv) {
   using namespace fp4moe::sm90::probe;
   int iters = 20000, reps = 5;
+  std::string set = "all";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> int {
@@ -524,8 +535,13 @@ int main(int argc, char** argv) {
     };
     if (a == "--iters") iters = (value() + 1) / 2 * 2;
     else if (a == "--reps") reps = value();
+    else if (a == "--set" && i + 1 < argc && (std::string(argv[i + 1]) == "all" || std::string(argv[i + 1]) == "decode" ||
+                                             std::string(argv[i + 1]) == "wide" || std::string(argv[i + 1]) == "pipeline"))
+      set = argv[++i];
     else {
-      std::fprintf(stderr, "usage: fp4moe-decode-probe [--iters N (rounded up to even)] [--reps N]\n");
+      std::fprintf(stderr,
+                   "usage: fp4moe-decode-probe [--iters N (rounded up to even)] [--reps N] "
+                   "[--set all|decode|wide|pipeline]\n");
       return 2;
     }
   }
@@ -536,7 +552,7 @@ int main(int argc, char** argv) {
   }
   const int sms = prop.multiProcessorCount;
   // Random operands (codes, scale codes and the token tile): the timing does not depend on them.
-  constexpr int kMaxBytes = std::max(ProbeLayout<8, 16>::kBytes, ProbeLayout<4, 32>::kBytes);
+  constexpr int kMaxBytes = std::max({ProbeLayout<8, 16>::kBytes, ProbeLayout<4, 32>::kBytes, ProbeLayout<4, 128>::kBytes});
   std::vector<uint8_t> host(kMaxBytes);
   std::mt19937 rng(1234);
   for (auto& b : host) b = uint8_t(rng());
@@ -569,6 +585,7 @@ int main(int argc, char** argv) {
   std::printf("%s, %d SMs; %d chunks a warpgroup, median of %d launches\n", prop.name, sms, iters, reps);
   std::printf("%-10s  %3s  %3s  %9s  %8s  %9s  %8s  %6s\n", "variant", "WGs", "N", "cyc/chunk", "cyc/unit",
               "GB/s/SM", "TB/s", "GHz");
+  if (set == "all" || set == "decode") {
   report<4, kFull, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
   report<4, kDecode, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
   report<4, kMma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
@@ -594,6 +611,39 @@ int main(int argc, char** argv) {
   report<4, kMma, 8>(sms, iters, reps, d_src, d_sink, d_cycles);
   report<4, kFull, 32>(sms, iters, reps, d_src, d_sink, d_cycles);
   report<4, kMma, 32>(sms, iters, reps, d_src, d_sink, d_cycles);
+  }
+  if (set == "all" || set == "wide") {
+    // The prefill tiles' N (BN48-BN128 run 4 consumers; BN64/80/96/128 single-buffered): does the
+    // decode overlap the MMAs once those take longer than it? The decode alone is the N = 16 row.
+    report<4, kDecode, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kMma, 48>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kFull, 48>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kFull1, 48>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kMma, 64>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kFull, 64>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kFull1, 64>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kMma, 80>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kFull, 80>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kFull1, 80>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<3, kFull, 80>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<3, kFull1, 80>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<2, kFull, 80>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<2, kMma, 80>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kMma, 96>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kFull, 96>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kFull1, 96>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kMma, 128>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kFull, 128>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kFull1, 128>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<2, kFull, 128>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<2, kMma, 128>(sms, iters, reps, d_src, d_sink, d_cycles);
+  }
+  if (set != "all" && set != "pipeline") {
+    cudaFree(d_src);
+    cudaFree(d_sink);
+    cudaFree(d_cycles);
+    return 0;
+  }
   // The pipeline with memory: each CTA streams its own slice (chunks x 4 units) of a buffer larger
   // than L2, once as long as a DeepSeek-R1 T=1 GEMM1 tile (112 chunks, 1 MB) and once 10x longer.
   const int long_chunks = 1120;
