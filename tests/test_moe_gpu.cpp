@@ -30,6 +30,16 @@ struct GpuRun {
   int32_t tail_tiles = -1;  // the plan's tail tiles (tail_start[E_local]); -1 at T = 0
 };
 
+// DeepSeek-R1 scaled down 16x (scaled_preset: H 512, I 128; 256 experts, top-8) in `mode`, for up
+// to `max_tokens`: the layer of the shard, config, batch and tail tests.
+void small_deepseek(Mode mode, int64_t max_tokens, MoeProblem* p) {
+  MoeProblem full;
+  ASSERT_OK(get_preset("deepseek-r1", &full));
+  *p = scaled_preset(full, 16);
+  p->mode = mode;
+  p->max_tokens = max_tokens;
+}
+
 // Runs one forward from logits (or precomputed routing) and returns the output and the routing used.
 void run_forward(const MoeLayer& layer, const std::vector<uint16_t>& hidden, const std::vector<float>& logits,
                  int64_t T, GpuRun* run, const std::vector<int32_t>* topk_ids = nullptr,
@@ -212,10 +222,8 @@ INSTANTIATE_TEST_SUITE_P(Paths, HostileRoutingTest, ::testing::Values(KernelPath
 
 TEST(MoeGpu, ExpertAndTensorParallelShardsSumToTheFullLayer) {
   FP4MOE_REQUIRE_GPU();
-  MoeProblem full;
-  ASSERT_OK(get_preset("deepseek-r1", &full));
-  MoeProblem p = scaled_preset(full, 16);
-  p.max_tokens = 64;
+  MoeProblem p;
+  ASSERT_NO_FATAL_FAILURE(small_deepseek(Mode::kW4A16, 64, &p));
   const uint64_t seed = testing::test_seed() + 3;
   HostMoeWeights hw = make_random_weights(p, seed);
   auto rng = make_rng(seed);
@@ -385,11 +393,8 @@ INSTANTIATE_TEST_SUITE_P(Paths, HostileScalesTest, ::testing::Values(KernelPath:
 TEST(MoeGpu, EveryCompiledSm90ConfigGivesTheSameBits) {
   FP4MOE_REQUIRE_GPU();
   for (Mode mode : {Mode::kW4A16, Mode::kW4A4}) {
-    MoeProblem full;
-    ASSERT_OK(get_preset("deepseek-r1", &full));
-    MoeProblem p = scaled_preset(full, 16);
-    p.mode = mode;
-    p.max_tokens = 300;
+    MoeProblem p;
+    ASSERT_NO_FATAL_FAILURE(small_deepseek(mode, 300, &p));
     const uint64_t seed = testing::test_seed() + 13;
     const HostMoeWeights hw = make_random_weights(p, seed);
     LayerOptions opt;
@@ -439,11 +444,8 @@ TEST(MoeGpu, EveryCompiledSm90ConfigGivesTheSameBits) {
 TEST(MoeGpu, OutputBitsDoNotDependOnTheBatch) {
   FP4MOE_REQUIRE_GPU();
   for (Mode mode : {Mode::kW4A16, Mode::kW4A4}) {
-    MoeProblem full;
-    ASSERT_OK(get_preset("deepseek-r1", &full));
-    MoeProblem p = scaled_preset(full, 16);
-    p.mode = mode;
-    p.max_tokens = 300;
+    MoeProblem p;
+    ASSERT_NO_FATAL_FAILURE(small_deepseek(mode, 300, &p));
     const uint64_t seed = testing::test_seed() + 29;
     LayerOptions opt;
     opt.path = KernelPath::kSm90;
@@ -632,12 +634,9 @@ TEST(MoeGpu, DirectGemm1AtOneTokenGivesTheBitsOfThePlannedPath) {
 TEST(MoeGpu, TailTilesGiveTheBitsOfWholeTiles) {
   FP4MOE_REQUIRE_GPU();
   for (Mode mode : {Mode::kW4A16, Mode::kW4A4}) {
-    MoeProblem full;
-    ASSERT_OK(get_preset("deepseek-r1", &full));
-    MoeProblem p = scaled_preset(full, 16);
-    p.mode = mode;
     const int64_t T = 300;
-    p.max_tokens = T;
+    MoeProblem p;
+    ASSERT_NO_FATAL_FAILURE(small_deepseek(mode, T, &p));
     const int E = p.num_experts(), K = p.top_k();
     ASSERT_EQ(K, 8);
     const uint64_t seed = testing::test_seed() + 41;
