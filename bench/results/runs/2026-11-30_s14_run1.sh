@@ -15,6 +15,8 @@ timeout 200 ncu --clock-control none --kernel-name-base mangled \
   -k 'regex:moe_gemm_sm90_kernelINS0_10Sm90TraitsILi80ELi4ELi9E' --launch-skip 8 --launch-count 2 \
   $secs gpubin/bin/fp4moe-bench --preset deepseek-r1 --tokens 2048 --routing random --warmup-ms 0 > $o/ncu_bn80.txt 2>&1
 echo "=== ncu bn80 exit $?" >> $o/run.txt
-timeout 120 ncu --clock-control none --kernel-name-base mangled -k 'regex:decode_loopILi4ELi[08]ELi80E' --launch-skip 2 \
-  --launch-count 2 $secs gpubin/bin/fp4moe-decode-probe --set wide --iters 2000 --reps 3 > $o/ncu_probe80.txt 2>&1
-echo "=== ncu probe exit $?" >> $o/run.txt
+for m in 0 8; do  # full, full-1buf at N = 80, 4 warpgroups
+  timeout 60 ncu --clock-control none --kernel-name-base mangled -k "regex:decode_loopILi4ELi${m}ELi80E" --launch-skip 1 \
+    --launch-count 1 $secs gpubin/bin/fp4moe-decode-probe --set wide --iters 2000 --reps 3 >> $o/ncu_probe80.txt 2>&1
+  echo "=== ncu probe mode $m exit $?" >> $o/run.txt
+done
