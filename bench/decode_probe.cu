@@ -11,10 +11,18 @@
 //   full-fma    the full mode with the decode's rotations on the FMA pipe (decode-fma: without MMAs)
 //   sync        the decode with warp-level mma.sync m16n8k16 (B by ldmatrix) instead of wgmma
 //   sync-mma    those MMAs and B loads alone
+//   full-v2     the full mode with a decode layout whose register 3 takes its m2 bits by a right
+//               shift by 2 instead of a rotation by 14 (bits 10 and 26 of the word swapped), so
+//               that only register 1's rotation by 10 wraps: the shifts by 4 and 6 as multiplies
+//               (FMA pipe), the shift by 2 on the ALU (v2h: as a high multiply); checked against
+//               decode_k16 on the swapped word before timing (decode-v2, decode-v2h: no MMAs)
+//   full-nomul  the full mode without the scale multiplies (wrong values, timing only: does the
+//               bf16x2 multiply compete with the MMAs?)
 //   full-1buf   the full mode with one fragment buffer, as the kernels' wide tiles (BN64/80/96/128
 //               with 4 consumers) run: a chunk's decode waits for the warpgroup's previous MMAs
 // for 1 to 8 consumer warpgroups a CTA and wgmma N of 8 to 128 ("--set wide": the prefill tiles'
-// N with one and two fragment buffers; "--set decode": the N <= 32 variants; "--set pipeline"). It prints, per variant, the
+// N with one and two fragment buffers; "--set decode": the N <= 32 variants; "--set v2": the v2 and
+// no-multiply decodes; "--set pipeline"). It prints, per variant, the
 // cycles a warpgroup takes per chunk and the weight rate that would be per SM and per GPU. Then the
 // same with memory ("pipeline"): a producer thread streaming weights from a buffer larger than L2
 // through 4, 6 or 9 stages, the consumers only releasing them ("stream") or decoding and running
@@ -37,9 +45,19 @@
 
 namespace fp4moe::sm90::probe {
 
-enum Mode : int { kFull, kDecode, kMma, kInterleave, kSync, kSyncMma, kFullFma, kDecodeFma, kFull1 };
-constexpr const char* kModeNames[] = {"full", "decode",   "mma",        "interleave", "sync",
-                                      "sync-mma", "full-fma", "decode-fma", "full-1buf"};
+enum Mode : int {
+  kFull, kDecode, kMma, kInterleave, kSync, kSyncMma, kFullFma, kDecodeFma, kFull1,
+  kFullV2, kDecodeV2, kFullV2h, kDecodeV2h, kFullNoMul, kDecodeNoMul
+};
+constexpr const char* kModeNames[] = {"full",     "decode",    "mma",      "interleave", "sync",
+                                      "sync-mma", "full-fma",  "decode-fma", "full-1buf", "full-v2",
+                                      "decode-v2", "full-v2h", "decode-v2h", "full-nomul", "decode-nomul"};
+constexpr bool decode_only(int m) {
+  return m == kDecode || m == kDecodeFma || m == kDecodeV2 || m == kDecodeV2h || m == kDecodeNoMul;
+}
+constexpr bool full_mode(int m) {
+  return m == kFull || m == kFullFma || m == kFullV2 || m == kFullV2h || m == kFullNoMul;
+}
 constexpr int kSlots = 8;  // chunk slots the loop cycles through (the kernels' stages x chunks)
 
 // decode_k16 with the rotations on the FMA pipe (session 8's experiment in the kernel, which lost
@@ -72,8 +90,33 @@ __device__ __forceinline__ void decode_k16_fma(uint32_t w, uint32_t s_pair, uint
   a[3] = bf16x2_mul_half<1>((mul_u32(w, k64) & 0x80C080C0u) | lop3_or_and(r14.x, r14.y, 0x01000100u), s_pair);
 }
 
-// decode_k16_fma against decode_k16 on n words (word i: a hash of i), each with scale pair i's bits:
-// the count of differing registers goes to *bad.
+__device__ __forceinline__ uint32_t mul_hi_u32(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.hi.u32 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+// The v2 layout: decode_k16's word with bits 10 and 26 swapped (register 3's m2 bits, which a
+// rotation by 14 brings to bits 24 and 8, a right shift by 2 brings to bits 8 and 24).
+__host__ __device__ __forceinline__ uint32_t to_v2_word(uint32_t w) {
+  const uint32_t b10 = (w >> 10) & 1u, b26 = (w >> 26) & 1u;
+  return (w & ~((1u << 10) | (1u << 26))) | (b26 << 10) | (b10 << 26);
+}
+// Registers 2 and 3's left shifts by 4 and 6 wrap no masked bit: products by 16 and 64 (k16, k64
+// opaque, so that they stay IMADs on the FMA pipe); register 3's m2 bits by w >> 2 (kHi: the high
+// word of w * 2^30, k2p30, on the FMA pipe too); register 1's rotation by 10 stays a funnel shift.
+template <bool kHi>
+__device__ __forceinline__ void decode_k16_v2(uint32_t w, uint32_t s_pair, uint32_t (&a)[4], uint32_t k16,
+                                              uint32_t k64, uint32_t k2p30) {
+  constexpr uint32_t kMask = 0x81C081C0u;
+  const uint32_t m2 = kHi ? mul_hi_u32(w, k2p30) : w >> 2;
+  a[0] = bf16x2_mul_half<0>(w & kMask, s_pair);
+  a[1] = bf16x2_mul_half<1>(layout::rotl32(w, 10) & kMask, s_pair);
+  a[2] = bf16x2_mul_half<0>(mul_u32(w, k16) & kMask, s_pair);
+  a[3] = bf16x2_mul_half<1>((mul_u32(w, k64) & 0x80C080C0u) | (m2 & 0x01000100u), s_pair);
+}
+
+// decode_k16_fma and decode_k16_v2 (on the v2 word) against decode_k16 on n words (word i: a hash of
+// i), each with scale pair i's bits: the count of differing registers goes to *bad.
 __global__ void check_fma_decode(int n, unsigned int* bad) {
   const layout::ScaleCodec codec = layout::scale_codec(false);
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
@@ -82,8 +125,11 @@ __global__ void check_fma_decode(int n, unsigned int* bad) {
     uint32_t a[4], b[4];
     decode_k16(w, s_pair, a);
     decode_k16_fma(w, s_pair, b, opaque_u32(16), opaque_u32(64), opaque_u32(1024), opaque_u32(16384));
+    uint32_t c[4], d[4];
+    decode_k16_v2<false>(to_v2_word(w), s_pair, c, opaque_u32(16), opaque_u32(64), opaque_u32(1u << 30));
+    decode_k16_v2<true>(to_v2_word(w), s_pair, d, opaque_u32(16), opaque_u32(64), opaque_u32(1u << 30));
     for (int q = 0; q < 4; ++q)
-      if (a[q] != b[q]) atomicAdd(bad, 1u);
+      if (a[q] != b[q] || a[q] != c[q] || a[q] != d[q]) atomicAdd(bad, 1u);
   }
 }
 
@@ -142,12 +188,17 @@ __global__ void __launch_bounds__(kWGs * 128, 1)
   const uint32_t my_codes = opaque_u32(w_base + tid * 16);
   const uint32_t my_scales = opaque_u32(w_base + layout::kUnitCodeBytes + (tid / 4) * 8);
   const uint64_t desc0 = opaque_u64(smem_desc_k128(smem_addr(smem)));
-  const layout::ScaleCodec codec = layout::scale_codec(false);
+  // The codec as the kernels have it, a runtime value (a constant one makes the scale's multiply-add an
+  // LEA on the ALU pipe; the kernels' is an IMAD).
+  // (ptxas sees through opaque_u32's mov; iters > 0 is a value it cannot know.)
+  const uint32_t runtime_zero = uint32_t(iters) >> 31;
+  const layout::ScaleCodec codec{layout::scale_codec(false).mul + runtime_zero, layout::scale_codec(false).bias};
   constexpr int kAcc = kN / 2;
   float acc[kAcc];
   uint32_t a[2][4][4];
   // (The multipliers of the FMA-pipe decode, opaque so that ptxas keeps them multiplies.)
   const uint32_t k16 = opaque_u32(16), k64 = opaque_u32(64), k1024 = opaque_u32(1024), k16384 = opaque_u32(16384);
+  const uint32_t k2p30 = opaque_u32(1u << 30);
   // A chunk's code words (one a k16 step) and its scale words (steps 0-1 and 2-3) from slot `slot`.
   auto load = [&](int slot, uint32_t(&words)[4], uint2& sc) {
     const uint32_t off = uint32_t(slot) * L::kChunkW;
@@ -164,7 +215,15 @@ __global__ void __launch_bounds__(kWGs * 128, 1)
       const uint32_t s_pair = layout::scale_pair_bits(j < 2 ? sc.x : sc.y, j, codec);
       if constexpr (kMode == kFullFma || kMode == kDecodeFma)
         decode_k16_fma(words[j], s_pair, f[j], k16, k64, k1024, k16384);
-      else
+      else if constexpr (kMode == kFullV2 || kMode == kDecodeV2)
+        decode_k16_v2<false>(words[j], s_pair, f[j], k16, k64, k2p30);
+      else if constexpr (kMode == kFullV2h || kMode == kDecodeV2h)
+        decode_k16_v2<true>(words[j], s_pair, f[j], k16, k64, k2p30);
+      else if constexpr (kMode == kFullNoMul || kMode == kDecodeNoMul) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) f[j][q] = layout::fragment_bits(words[j], q);
+        (void)s_pair;
+      } else
         decode_k16(words[j], s_pair, f[j]);
     }
   };
@@ -181,7 +240,7 @@ __global__ void __launch_bounds__(kWGs * 128, 1)
   auto chunk = [&](auto buf_tag, int i) {
     constexpr int buf = decltype(buf_tag)::value;
     const int slot = i % kSlots;
-    if constexpr (kMode == kDecode || kMode == kDecodeFma) {
+    if constexpr (decode_only(kMode)) {
       decode(a[buf], slot);
 #pragma unroll
       for (int j = 0; j < 4; ++j)
@@ -195,7 +254,7 @@ __global__ void __launch_bounds__(kWGs * 128, 1)
       mma_chunk<kN>(a[0], a[0], acc, desc_of(slot), i == 0);
       return;
     }
-    if constexpr (kMode == kFull || kMode == kFullFma) decode(a[buf], slot);
+    if constexpr (full_mode(kMode)) decode(a[buf], slot);
     if constexpr (kMode == kInterleave) {
       uint32_t words[4];
       uint2 sc;
@@ -227,7 +286,7 @@ __global__ void __launch_bounds__(kWGs * 128, 1)
   fence_accumulators(acc);
   const long long t1 = clock64();
   uint32_t x = 0;
-  if constexpr (kMode != kDecode && kMode != kDecodeFma) {
+  if constexpr (!decode_only(kMode)) {
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) x ^= __float_as_uint(acc[i]);
   } else {
@@ -536,12 +595,13 @@ int main(int argc, char** argv) {
     if (a == "--iters") iters = (value() + 1) / 2 * 2;
     else if (a == "--reps") reps = value();
     else if (a == "--set" && i + 1 < argc && (std::string(argv[i + 1]) == "all" || std::string(argv[i + 1]) == "decode" ||
-                                             std::string(argv[i + 1]) == "wide" || std::string(argv[i + 1]) == "pipeline"))
+                                             std::string(argv[i + 1]) == "wide" || std::string(argv[i + 1]) == "v2" ||
+                                             std::string(argv[i + 1]) == "pipeline"))
       set = argv[++i];
     else {
       std::fprintf(stderr,
                    "usage: fp4moe-decode-probe [--iters N (rounded up to even)] [--reps N] "
-                   "[--set all|decode|wide|pipeline]\n");
+                   "[--set all|decode|wide|v2|pipeline]\n");
       return 2;
     }
   }
@@ -637,6 +697,27 @@ int main(int argc, char** argv) {
     report<4, kFull1, 128>(sms, iters, reps, d_src, d_sink, d_cycles);
     report<2, kFull, 128>(sms, iters, reps, d_src, d_sink, d_cycles);
     report<2, kMma, 128>(sms, iters, reps, d_src, d_sink, d_cycles);
+  }
+  if (set == "all" || set == "v2") {
+    // The v2 decode layout and the scale multiplies' share, at the decode N (16, 32) and BN80's.
+    report<4, kFull, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kDecode, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kMma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kFullFma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kDecodeFma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kFullV2, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kDecodeV2, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kFullV2h, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kDecodeV2h, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kFullNoMul, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kDecodeNoMul, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<6, kFullV2, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kFull, 32>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kFullV2, 32>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kFull, 80>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kFullV2, 80>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kFullV2h, 80>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kFullNoMul, 80>(sms, iters, reps, d_src, d_sink, d_cycles);
   }
   if (set != "all" && set != "pipeline") {
     cudaFree(d_src);
