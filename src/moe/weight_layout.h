@@ -15,10 +15,14 @@
 //     m0..m2 must land on bf16 bits 6..8 (exponent low bits and mantissa top bit) and its sign on
 //     bit 15 (+16 for the hi value), which gives code * 2^-126 exactly (including 0.5, a bf16
 //     subnormal); one bf16x2 multiply by the block's prescaled scale then yields code * scale * 2^-7.
-//     The bit placement (kFragmentRotation, fragment_bit) is chosen so that the whole word decodes
-//     with 4 rotations and 5 masks: registers 0, 1, 2 each come from one rotation (0, 10, 4) and one
-//     AND, register 3 from two (m0, m1 and the sign by 6, m2 by 14). No placement does it with fewer
-//     (four single-rotation registers cannot tile the 32 bits).
+//     The bit placement (fragment_rotation, fragment_bit) is chosen so that the whole word decodes
+//     with 4 shifts and 5 masks: registers 0, 1, 2 each come from one left rotation (0, 10, 4) and
+//     one AND, register 3 from two shifts (m0, m1 and the sign left by 6, m2 right by 2). No
+//     placement does it with fewer (four single-rotation registers cannot tile the 32 bits), and
+//     only register 1's rotation brings a masked bit around the word's end: the others are plain
+//     shifts, which ptxas may issue as integer multiplies on the FMA pipe, off the ALU pipe that
+//     bounds the decode (docs/perf-notes.md, session 14; the rotation by 14 that register 3's m2
+//     bits took until then cost a funnel shift on the ALU).
 //   - 256 bytes of scale codes, one byte per (row, k16 block), in pairs: thread t's rows r0 and r1
 //     are the 8 bytes at (t / 4) * 8, ordered (r0 block 0, r1 block 0, r0 block 1, r1 block 1, ...),
 //     so one 8-byte load gives a thread all its scales, and one byte permute plus one integer
@@ -101,9 +105,9 @@ FP4MOE_HD FragmentSlot fragment_slot(int row, int col) {
 }
 
 // Rotation (left) that brings bit b (0..2: magnitude m0..m2, 3: sign) of register q's values to
-// its bf16 position, and the position of that bit in the word.
+// its bf16 position, and the position of that bit in the word (30: the right shift by 2).
 FP4MOE_HD int fragment_rotation(int q, int b) {
-  return q == 0 ? 0 : q == 1 ? 10 : q == 2 ? 4 : (b == 2 ? 14 : 6);
+  return q == 0 ? 0 : q == 1 ? 10 : q == 2 ? 4 : (b == 2 ? 30 : 6);
 }
 FP4MOE_HD int fragment_bit(int q, int half, int b) {
   const int target = 16 * half + (b < 3 ? 6 + b : 15);
@@ -134,8 +138,8 @@ FP4MOE_HD uint32_t fragment_bits(uint32_t w, int q) {
   switch (q) {
     case 0: return w & kMagSign;
     case 1: return rotl32(w, 10) & kMagSign;
-    case 2: return rotl32(w, 4) & kMagSign;
-    default: return (rotl32(w, 6) & 0x80C080C0u) | (rotl32(w, 14) & 0x01000100u);
+    case 2: return (w << 4) & kMagSign;  // no masked bit wraps: a shift (or a multiply)
+    default: return ((w << 6) & 0x80C080C0u) | ((w >> 2) & 0x01000100u);
   }
 }
 
