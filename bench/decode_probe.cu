@@ -11,18 +11,15 @@
 //   full-fma    the full mode with the decode's rotations on the FMA pipe (decode-fma: without MMAs)
 //   sync        the decode with warp-level mma.sync m16n8k16 (B by ldmatrix) instead of wgmma
 //   sync-mma    those MMAs and B loads alone
-//   full-v2     the full mode with a decode layout whose register 3 takes its m2 bits by a right
-//               shift by 2 instead of a rotation by 14 (bits 10 and 26 of the word swapped), so
-//               that only register 1's rotation by 10 wraps: the shifts by 4 and 6 as multiplies
-//               (FMA pipe), the shift by 2 on the ALU (v2h: as a high multiply); checked against
-//               decode_k16 on the swapped word before timing (decode-v2, decode-v2h: no MMAs)
+//   full-hi     the full mode with register 3's right shift by 2 as a high multiply (FMA pipe, not
+//               the ALU; decode-hi: without the MMAs)
 //   full-nomul  the full mode without the scale multiplies (wrong values, timing only: does the
 //               bf16x2 multiply compete with the MMAs?)
 //   full-1buf   the full mode with one fragment buffer, as the kernels' wide tiles (BN64/80/96/128
 //               with 4 consumers) run: a chunk's decode waits for the warpgroup's previous MMAs
 // for 1 to 8 consumer warpgroups a CTA and wgmma N of 8 to 128 ("--set wide": the prefill tiles'
-// N with one and two fragment buffers; "--set decode": the N <= 32 variants; "--set v2": the v2 and
-// no-multiply decodes; "--set pipeline"). It prints, per variant, the
+// N with one and two fragment buffers; "--set decode": the N <= 32 variants; "--set layout": the
+// decode's pipe balance (fma, hi, nomul); "--set pipeline"). It prints, per variant, the
 // cycles a warpgroup takes per chunk and the weight rate that would be per SM and per GPU. Then the
 // same with memory ("pipeline"): a producer thread streaming weights from a buffer larger than L2
 // through 4, 6 or 9 stages, the consumers only releasing them ("stream") or decoding and running
@@ -47,27 +44,31 @@ namespace fp4moe::sm90::probe {
 
 enum Mode : int {
   kFull, kDecode, kMma, kInterleave, kSync, kSyncMma, kFullFma, kDecodeFma, kFull1,
-  kFullV2, kDecodeV2, kFullV2h, kDecodeV2h, kFullNoMul, kDecodeNoMul
+  kFullHi, kDecodeHi, kFullNoMul, kDecodeNoMul
 };
-constexpr const char* kModeNames[] = {"full",     "decode",    "mma",      "interleave", "sync",
-                                      "sync-mma", "full-fma",  "decode-fma", "full-1buf", "full-v2",
-                                      "decode-v2", "full-v2h", "decode-v2h", "full-nomul", "decode-nomul"};
+constexpr const char* kModeNames[] = {"full",     "decode",   "mma",        "interleave", "sync",
+                                      "sync-mma", "full-fma", "decode-fma", "full-1buf",  "full-hi",
+                                      "decode-hi", "full-nomul", "decode-nomul"};
 constexpr bool decode_only(int m) {
-  return m == kDecode || m == kDecodeFma || m == kDecodeV2 || m == kDecodeV2h || m == kDecodeNoMul;
+  return m == kDecode || m == kDecodeFma || m == kDecodeHi || m == kDecodeNoMul;
 }
-constexpr bool full_mode(int m) {
-  return m == kFull || m == kFullFma || m == kFullV2 || m == kFullV2h || m == kFullNoMul;
-}
+constexpr bool full_mode(int m) { return m == kFull || m == kFullFma || m == kFullHi || m == kFullNoMul; }
 constexpr int kSlots = 8;  // chunk slots the loop cycles through (the kernels' stages x chunks)
 
-// decode_k16 with the rotations on the FMA pipe (session 8's experiment in the kernel, which lost
-// 2-5%): registers 2 and 3's rotations by 4 and 6 wrap no masked bit, so they are products by 16
-// and 64 (IMAD); the rotations by 10 and 14 are the two halves of a 64-bit product by 2^r, merged by
-// the masking LOP3 ((lo | hi) & mask). 5 ALU instructions a word instead of 9; main() checks that
-// it gives decode_k16's bits (check_fma_decode) before timing anything.
+// decode_k16 with every shift on the FMA pipe (session 8 tried the rotations there in the kernel, on
+// the layout before session 14's, and lost 2-5%): the left shifts by 4 and 6 as products by 16 and
+// 64, the right shift by 2 as the high word of a product by 2^30, and the rotation by 10 as the two
+// halves of a 64-bit product by 2^10, merged by the masking LOP3 ((lo | hi) & mask). decode_k16_hi:
+// only the right shift by 2 moved (ptxas issues decode_k16's shifts by 4 and 6 as IMAD.SHL already).
+// main() checks that both give decode_k16's bits (check_fma_decode) before timing anything.
 __device__ __forceinline__ uint32_t mul_u32(uint32_t a, uint32_t b) {
   uint32_t d;
   asm("mul.lo.u32 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+__device__ __forceinline__ uint32_t mul_hi_u32(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.hi.u32 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
   return d;
 }
 __device__ __forceinline__ uint2 mul_wide_u32(uint32_t a, uint32_t b) {
@@ -80,56 +81,39 @@ __device__ __forceinline__ uint32_t lop3_or_and(uint32_t a, uint32_t b, uint32_t
   asm("lop3.b32 %0, %1, %2, %3, 0xA8;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
   return d;
 }
-__device__ __forceinline__ void decode_k16_fma(uint32_t w, uint32_t s_pair, uint32_t (&a)[4], uint32_t k16,
-                                               uint32_t k64, uint32_t k1024, uint32_t k16384) {
+struct FmaConsts {
+  uint32_t k16, k64, k1024, k2p30;
+};
+template <bool kAll>
+__device__ __forceinline__ void decode_k16_fma(uint32_t w, uint32_t s_pair, uint32_t (&a)[4], const FmaConsts& k) {
   constexpr uint32_t kMask = 0x81C081C0u;
-  const uint2 r10 = mul_wide_u32(w, k1024), r14 = mul_wide_u32(w, k16384);
   a[0] = bf16x2_mul_half<0>(w & kMask, s_pair);
-  a[1] = bf16x2_mul_half<1>(lop3_or_and(r10.x, r10.y, kMask), s_pair);
-  a[2] = bf16x2_mul_half<0>(mul_u32(w, k16) & kMask, s_pair);
-  a[3] = bf16x2_mul_half<1>((mul_u32(w, k64) & 0x80C080C0u) | lop3_or_and(r14.x, r14.y, 0x01000100u), s_pair);
+  if constexpr (kAll) {
+    const uint2 r10 = mul_wide_u32(w, k.k1024);
+    a[1] = bf16x2_mul_half<1>(lop3_or_and(r10.x, r10.y, kMask), s_pair);
+    a[2] = bf16x2_mul_half<0>(mul_u32(w, k.k16) & kMask, s_pair);
+    a[3] = bf16x2_mul_half<1>((mul_u32(w, k.k64) & 0x80C080C0u) | (mul_hi_u32(w, k.k2p30) & 0x01000100u), s_pair);
+  } else {
+    a[1] = bf16x2_mul_half<1>(layout::fragment_bits(w, 1), s_pair);
+    a[2] = bf16x2_mul_half<0>(layout::fragment_bits(w, 2), s_pair);
+    a[3] = bf16x2_mul_half<1>(((w << 6) & 0x80C080C0u) | (mul_hi_u32(w, k.k2p30) & 0x01000100u), s_pair);
+  }
 }
 
-__device__ __forceinline__ uint32_t mul_hi_u32(uint32_t a, uint32_t b) {
-  uint32_t d;
-  asm("mul.hi.u32 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
-// The v2 layout: decode_k16's word with bits 10 and 26 swapped (register 3's m2 bits, which a
-// rotation by 14 brings to bits 24 and 8, a right shift by 2 brings to bits 8 and 24).
-__host__ __device__ __forceinline__ uint32_t to_v2_word(uint32_t w) {
-  const uint32_t b10 = (w >> 10) & 1u, b26 = (w >> 26) & 1u;
-  return (w & ~((1u << 10) | (1u << 26))) | (b26 << 10) | (b10 << 26);
-}
-// Registers 2 and 3's left shifts by 4 and 6 wrap no masked bit: products by 16 and 64 (k16, k64
-// opaque, so that they stay IMADs on the FMA pipe); register 3's m2 bits by w >> 2 (kHi: the high
-// word of w * 2^30, k2p30, on the FMA pipe too); register 1's rotation by 10 stays a funnel shift.
-template <bool kHi>
-__device__ __forceinline__ void decode_k16_v2(uint32_t w, uint32_t s_pair, uint32_t (&a)[4], uint32_t k16,
-                                              uint32_t k64, uint32_t k2p30) {
-  constexpr uint32_t kMask = 0x81C081C0u;
-  const uint32_t m2 = kHi ? mul_hi_u32(w, k2p30) : w >> 2;
-  a[0] = bf16x2_mul_half<0>(w & kMask, s_pair);
-  a[1] = bf16x2_mul_half<1>(layout::rotl32(w, 10) & kMask, s_pair);
-  a[2] = bf16x2_mul_half<0>(mul_u32(w, k16) & kMask, s_pair);
-  a[3] = bf16x2_mul_half<1>((mul_u32(w, k64) & 0x80C080C0u) | (m2 & 0x01000100u), s_pair);
-}
-
-// decode_k16_fma and decode_k16_v2 (on the v2 word) against decode_k16 on n words (word i: a hash of
-// i), each with scale pair i's bits: the count of differing registers goes to *bad.
+// decode_k16_fma (both forms) against decode_k16 on n words (word i: a hash of i), each with scale
+// pair i's bits: the count of differing registers goes to *bad.
 __global__ void check_fma_decode(int n, unsigned int* bad) {
   const layout::ScaleCodec codec = layout::scale_codec(false);
+  const FmaConsts k{opaque_u32(16), opaque_u32(64), opaque_u32(1024), opaque_u32(1u << 30)};
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     const uint32_t w = uint32_t(i) * 2654435761u ^ (uint32_t(i) >> 7) * 40503u;
     const uint32_t s_pair = layout::scale_pair_bits(uint32_t(i) * 97u % (144u * 256u), i % 4, codec);
-    uint32_t a[4], b[4];
+    uint32_t a[4], b[4], c[4];
     decode_k16(w, s_pair, a);
-    decode_k16_fma(w, s_pair, b, opaque_u32(16), opaque_u32(64), opaque_u32(1024), opaque_u32(16384));
-    uint32_t c[4], d[4];
-    decode_k16_v2<false>(to_v2_word(w), s_pair, c, opaque_u32(16), opaque_u32(64), opaque_u32(1u << 30));
-    decode_k16_v2<true>(to_v2_word(w), s_pair, d, opaque_u32(16), opaque_u32(64), opaque_u32(1u << 30));
+    decode_k16_fma<true>(w, s_pair, b, k);
+    decode_k16_fma<false>(w, s_pair, c, k);
     for (int q = 0; q < 4; ++q)
-      if (a[q] != b[q] || a[q] != c[q] || a[q] != d[q]) atomicAdd(bad, 1u);
+      if (a[q] != b[q] || a[q] != c[q]) atomicAdd(bad, 1u);
   }
 }
 
@@ -197,8 +181,7 @@ __global__ void __launch_bounds__(kWGs * 128, 1)
   float acc[kAcc];
   uint32_t a[2][4][4];
   // (The multipliers of the FMA-pipe decode, opaque so that ptxas keeps them multiplies.)
-  const uint32_t k16 = opaque_u32(16), k64 = opaque_u32(64), k1024 = opaque_u32(1024), k16384 = opaque_u32(16384);
-  const uint32_t k2p30 = opaque_u32(1u << 30);
+  const FmaConsts fma_k{opaque_u32(16), opaque_u32(64), opaque_u32(1024), opaque_u32(1u << 30)};
   // A chunk's code words (one a k16 step) and its scale words (steps 0-1 and 2-3) from slot `slot`.
   auto load = [&](int slot, uint32_t(&words)[4], uint2& sc) {
     const uint32_t off = uint32_t(slot) * L::kChunkW;
@@ -214,11 +197,9 @@ __global__ void __launch_bounds__(kWGs * 128, 1)
     for (int j = 0; j < 4; ++j) {
       const uint32_t s_pair = layout::scale_pair_bits(j < 2 ? sc.x : sc.y, j, codec);
       if constexpr (kMode == kFullFma || kMode == kDecodeFma)
-        decode_k16_fma(words[j], s_pair, f[j], k16, k64, k1024, k16384);
-      else if constexpr (kMode == kFullV2 || kMode == kDecodeV2)
-        decode_k16_v2<false>(words[j], s_pair, f[j], k16, k64, k2p30);
-      else if constexpr (kMode == kFullV2h || kMode == kDecodeV2h)
-        decode_k16_v2<true>(words[j], s_pair, f[j], k16, k64, k2p30);
+        decode_k16_fma<true>(words[j], s_pair, f[j], fma_k);
+      else if constexpr (kMode == kFullHi || kMode == kDecodeHi)
+        decode_k16_fma<false>(words[j], s_pair, f[j], fma_k);
       else if constexpr (kMode == kFullNoMul || kMode == kDecodeNoMul) {
 #pragma unroll
         for (int q = 0; q < 4; ++q) f[j][q] = layout::fragment_bits(words[j], q);
@@ -595,13 +576,13 @@ int main(int argc, char** argv) {
     if (a == "--iters") iters = (value() + 1) / 2 * 2;
     else if (a == "--reps") reps = value();
     else if (a == "--set" && i + 1 < argc && (std::string(argv[i + 1]) == "all" || std::string(argv[i + 1]) == "decode" ||
-                                             std::string(argv[i + 1]) == "wide" || std::string(argv[i + 1]) == "v2" ||
+                                             std::string(argv[i + 1]) == "wide" || std::string(argv[i + 1]) == "layout" ||
                                              std::string(argv[i + 1]) == "pipeline"))
       set = argv[++i];
     else {
       std::fprintf(stderr,
                    "usage: fp4moe-decode-probe [--iters N (rounded up to even)] [--reps N] "
-                   "[--set all|decode|wide|v2|pipeline]\n");
+                   "[--set all|decode|wide|layout|pipeline]\n");
       return 2;
     }
   }
@@ -641,7 +622,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   cudaFree(d_bad);
-  std::printf("decode_k16_fma gives decode_k16's bits on %d words\n", kCheckWords);
+  std::printf("decode_k16_fma (both forms) gives decode_k16's bits on %d words\n", kCheckWords);
   std::printf("%s, %d SMs; %d chunks a warpgroup, median of %d launches\n", prop.name, sms, iters, reps);
   std::printf("%-10s  %3s  %3s  %9s  %8s  %9s  %8s  %6s\n", "variant", "WGs", "N", "cyc/chunk", "cyc/unit",
               "GB/s/SM", "TB/s", "GHz");
@@ -698,25 +679,22 @@ int main(int argc, char** argv) {
     report<2, kFull, 128>(sms, iters, reps, d_src, d_sink, d_cycles);
     report<2, kMma, 128>(sms, iters, reps, d_src, d_sink, d_cycles);
   }
-  if (set == "all" || set == "v2") {
-    // The v2 decode layout and the scale multiplies' share, at the decode N (16, 32) and BN80's.
+  if (set == "all" || set == "layout") {
+    // The decode's pipe balance at the decode N (16, 32) and BN80's.
     report<4, kFull, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
     report<4, kDecode, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
     report<4, kMma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kFullHi, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kDecodeHi, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
     report<4, kFullFma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
     report<4, kDecodeFma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kFullV2, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kDecodeV2, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kFullV2h, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kDecodeV2h, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
     report<4, kFullNoMul, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
     report<4, kDecodeNoMul, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<6, kFullV2, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<6, kFull, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
     report<4, kFull, 32>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kFullV2, 32>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kFullHi, 32>(sms, iters, reps, d_src, d_sink, d_cycles);
     report<4, kFull, 80>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kFullV2, 80>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kFullV2h, 80>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kFullHi, 80>(sms, iters, reps, d_src, d_sink, d_cycles);
     report<4, kFullNoMul, 80>(sms, iters, reps, d_src, d_sink, d_cycles);
   }
   if (set != "all" && set != "pipeline") {
