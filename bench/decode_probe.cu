@@ -13,6 +13,8 @@
 //   sync-mma    those MMAs and B loads alone
 //   full-hi     the full mode with register 3's right shift by 2 as a high multiply (FMA pipe, not
 //               the ALU; decode-hi: without the MMAs)
+//   full-rot4   the full mode with register 2's shift by 4 as a funnel shift (the ALU, where ptxas
+//               puts decode_k16's as an IMAD.SHL on the FMA pipe); rot46: register 3's shift by 6 too
 //   full-nomul  the full mode without the scale multiplies (wrong values, timing only: does the
 //               bf16x2 multiply compete with the MMAs?)
 //   full-1buf   the full mode with one fragment buffer, as the kernels' wide tiles (BN64/80/96/128
@@ -44,15 +46,19 @@ namespace fp4moe::sm90::probe {
 
 enum Mode : int {
   kFull, kDecode, kMma, kInterleave, kSync, kSyncMma, kFullFma, kDecodeFma, kFull1,
-  kFullHi, kDecodeHi, kFullNoMul, kDecodeNoMul
+  kFullHi, kDecodeHi, kFullNoMul, kDecodeNoMul, kFullRot4, kDecodeRot4, kFullRot46, kDecodeRot46
 };
 constexpr const char* kModeNames[] = {"full",     "decode",   "mma",        "interleave", "sync",
                                       "sync-mma", "full-fma", "decode-fma", "full-1buf",  "full-hi",
-                                      "decode-hi", "full-nomul", "decode-nomul"};
+                                      "decode-hi", "full-nomul", "decode-nomul", "full-rot4", "decode-rot4",
+                                      "full-rot46", "decode-rot46"};
 constexpr bool decode_only(int m) {
-  return m == kDecode || m == kDecodeFma || m == kDecodeHi || m == kDecodeNoMul;
+  return m == kDecode || m == kDecodeFma || m == kDecodeHi || m == kDecodeNoMul || m == kDecodeRot4 ||
+         m == kDecodeRot46;
 }
-constexpr bool full_mode(int m) { return m == kFull || m == kFullFma || m == kFullHi || m == kFullNoMul; }
+constexpr bool full_mode(int m) {
+  return m == kFull || m == kFullFma || m == kFullHi || m == kFullNoMul || m == kFullRot4 || m == kFullRot46;
+}
 constexpr int kSlots = 8;  // chunk slots the loop cycles through (the kernels' stages x chunks)
 
 // decode_k16 with every shift on the FMA pipe (session 8 tried the rotations there in the kernel, on
@@ -100,7 +106,18 @@ __device__ __forceinline__ void decode_k16_fma(uint32_t w, uint32_t s_pair, uint
   }
 }
 
-// decode_k16_fma (both forms) against decode_k16 on n words (word i: a hash of i), each with scale
+// decode_k16 with the left shifts by 4 (and, kBoth, by 6) as funnel shifts (SHF on the ALU pipe).
+template <bool kBoth>
+__device__ __forceinline__ void decode_k16_rot(uint32_t w, uint32_t s_pair, uint32_t (&a)[4]) {
+  constexpr uint32_t kMask = 0x81C081C0u;
+  a[0] = bf16x2_mul_half<0>(w & kMask, s_pair);
+  a[1] = bf16x2_mul_half<1>(layout::fragment_bits(w, 1), s_pair);
+  a[2] = bf16x2_mul_half<0>(__funnelshift_l(w, w, 4) & kMask, s_pair);
+  const uint32_t w6 = kBoth ? __funnelshift_l(w, w, 6) : mul_u32(w, 64u);  // (kBoth false: an IMAD.SHL)
+  a[3] = bf16x2_mul_half<1>((w6 & 0x80C080C0u) | ((w >> 2) & 0x01000100u), s_pair);
+}
+
+// decode_k16_fma and decode_k16_rot (both forms each) against decode_k16 on n words (word i: a hash of i), each with scale
 // pair i's bits: the count of differing registers goes to *bad.
 __global__ void check_fma_decode(int n, unsigned int* bad) {
   const layout::ScaleCodec codec = layout::scale_codec(false);
@@ -108,12 +125,14 @@ __global__ void check_fma_decode(int n, unsigned int* bad) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     const uint32_t w = uint32_t(i) * 2654435761u ^ (uint32_t(i) >> 7) * 40503u;
     const uint32_t s_pair = layout::scale_pair_bits(uint32_t(i) * 97u % (144u * 256u), i % 4, codec);
-    uint32_t a[4], b[4], c[4];
+    uint32_t a[4], b[4], c[4], d[4], e[4];
     decode_k16(w, s_pair, a);
     decode_k16_fma<true>(w, s_pair, b, k);
     decode_k16_fma<false>(w, s_pair, c, k);
+    decode_k16_rot<false>(w, s_pair, d);
+    decode_k16_rot<true>(w, s_pair, e);
     for (int q = 0; q < 4; ++q)
-      if (a[q] != b[q] || a[q] != c[q]) atomicAdd(bad, 1u);
+      if (a[q] != b[q] || a[q] != c[q] || a[q] != d[q] || a[q] != e[q]) atomicAdd(bad, 1u);
   }
 }
 
@@ -200,6 +219,10 @@ __global__ void __launch_bounds__(kWGs * 128, 1)
         decode_k16_fma<true>(words[j], s_pair, f[j], fma_k);
       else if constexpr (kMode == kFullHi || kMode == kDecodeHi)
         decode_k16_fma<false>(words[j], s_pair, f[j], fma_k);
+      else if constexpr (kMode == kFullRot4 || kMode == kDecodeRot4)
+        decode_k16_rot<false>(words[j], s_pair, f[j]);
+      else if constexpr (kMode == kFullRot46 || kMode == kDecodeRot46)
+        decode_k16_rot<true>(words[j], s_pair, f[j]);
       else if constexpr (kMode == kFullNoMul || kMode == kDecodeNoMul) {
 #pragma unroll
         for (int q = 0; q < 4; ++q) f[j][q] = layout::fragment_bits(words[j], q);
@@ -618,11 +641,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (bad != 0) {
-    std::fprintf(stderr, "error: decode_k16_fma differs from decode_k16 in %u of %d registers\n", bad, 4 * kCheckWords);
+    std::fprintf(stderr, "error: decode_k16_fma or decode_k16_rot differs from decode_k16 in %u of %d registers\n", bad,
+                 4 * kCheckWords);
     return 1;
   }
   cudaFree(d_bad);
-  std::printf("decode_k16_fma (both forms) gives decode_k16's bits on %d words\n", kCheckWords);
+  std::printf("decode_k16_fma and decode_k16_rot (both forms each) give decode_k16's bits on %d words\n", kCheckWords);
   std::printf("%s, %d SMs; %d chunks a warpgroup, median of %d launches\n", prop.name, sms, iters, reps);
   std::printf("%-10s  %3s  %3s  %9s  %8s  %9s  %8s  %6s\n", "variant", "WGs", "N", "cyc/chunk", "cyc/unit",
               "GB/s/SM", "TB/s", "GHz");
@@ -690,6 +714,11 @@ int main(int argc, char** argv) {
     report<4, kDecodeFma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
     report<4, kFullNoMul, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
     report<4, kDecodeNoMul, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kFullRot4, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kDecodeRot4, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kFullRot46, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kDecodeRot46, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kFullRot4, 80>(sms, iters, reps, d_src, d_sink, d_cycles);
     report<6, kFull, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
     report<4, kFull, 32>(sms, iters, reps, d_src, d_sink, d_cycles);
     report<4, kFullHi, 32>(sms, iters, reps, d_src, d_sink, d_cycles);
