@@ -19,10 +19,11 @@
 //     with 4 shifts and 5 masks: registers 0, 1, 2 each come from one left rotation (0, 10, 4) and
 //     one AND, register 3 from two shifts (m0, m1 and the sign left by 6, m2 right by 2). No
 //     placement does it with fewer (four single-rotation registers cannot tile the 32 bits), and
-//     only register 1's rotation brings a masked bit around the word's end: the others are plain
-//     shifts, which ptxas may issue as integer multiplies on the FMA pipe, off the ALU pipe that
-//     bounds the decode (docs/perf-notes.md, session 14; the rotation by 14 that register 3's m2
-//     bits took until then cost a funnel shift on the ALU).
+//     only register 1's rotation brings a masked bit around the word's end. fragment_bits writes
+//     the others as plain shifts, which ptxas issues partly as integer multiplies on the FMA pipe,
+//     spreading the decode's integer work over the ALU and FMA pipes (session 14, -1 to -3% in the
+//     layer; docs/perf-notes.md). Until then register 3's m2 bits took a rotation by 14 (bits 10 and
+//     26 of the word were swapped), and the non-wrapping rotations were funnel shifts on the ALU.
 //   - 256 bytes of scale codes, one byte per (row, k16 block), in pairs: thread t's rows r0 and r1
 //     are the 8 bytes at (t / 4) * 8, ordered (r0 block 0, r1 block 0, r0 block 1, r1 block 1, ...),
 //     so one 8-byte load gives a thread all its scales, and one byte permute plus one integer
