@@ -15,13 +15,17 @@
 //               the ALU; decode-hi: without the MMAs)
 //   full-rot4   the full mode with register 2's shift by 4 as a funnel shift (the ALU, where ptxas
 //               puts decode_k16's as an IMAD.SHL on the FMA pipe); rot46: register 3's shift by 6 too
+//   mix-rs      half the warpgroups run the MMAs alone (register-sourced A, as the kernels), the
+//               other half the decode alone, side by side on each SM: does a warpgroup's RS wgmma
+//               slow another warpgroup's decode more than its issue slots explain? mix-ss: the
+//               same with the MMAs' A read from shared memory (timing only). Reported per half.
 //   full-nomul  the full mode without the scale multiplies (wrong values, timing only: does the
 //               bf16x2 multiply compete with the MMAs?)
 //   full-1buf   the full mode with one fragment buffer, as the kernels' wide tiles (BN64/80/96/128
 //               with 4 consumers) run: a chunk's decode waits for the warpgroup's previous MMAs
 // for 1 to 8 consumer warpgroups a CTA and wgmma N of 8 to 128 ("--set wide": the prefill tiles'
 // N with one and two fragment buffers; "--set decode": the N <= 32 variants; "--set layout": the
-// decode's pipe balance (fma, hi, nomul); "--set pipeline"). It prints, per variant, the
+// decode's pipe balance (fma, hi, nomul); "--set overlap": the mix modes; "--set pipeline"). It prints, per variant, the
 // cycles a warpgroup takes per chunk and the weight rate that would be per SM and per GPU. Then the
 // same with memory ("pipeline"): a producer thread streaming weights from a buffer larger than L2
 // through 4, 6 or 9 stages, the consumers only releasing them ("stream") or decoding and running
@@ -46,12 +50,14 @@ namespace fp4moe::sm90::probe {
 
 enum Mode : int {
   kFull, kDecode, kMma, kInterleave, kSync, kSyncMma, kFullFma, kDecodeFma, kFull1,
-  kFullHi, kDecodeHi, kFullNoMul, kDecodeNoMul, kFullRot4, kDecodeRot4, kFullRot46, kDecodeRot46
+  kFullHi, kDecodeHi, kFullNoMul, kDecodeNoMul, kFullRot4, kDecodeRot4, kFullRot46, kDecodeRot46,
+  kMixRs, kMixSs
 };
 constexpr const char* kModeNames[] = {"full",     "decode",   "mma",        "interleave", "sync",
                                       "sync-mma", "full-fma", "decode-fma", "full-1buf",  "full-hi",
                                       "decode-hi", "full-nomul", "decode-nomul", "full-rot4", "decode-rot4",
-                                      "full-rot46", "decode-rot46"};
+                                      "full-rot46", "decode-rot46", "mix-rs", "mix-ss"};
+constexpr bool mixed_mode(int m) { return m == kMixRs || m == kMixSs; }
 constexpr bool decode_only(int m) {
   return m == kDecode || m == kDecodeFma || m == kDecodeHi || m == kDecodeNoMul || m == kDecodeRot4 ||
          m == kDecodeRot46;
@@ -168,6 +174,13 @@ __device__ __forceinline__ void mma_chunk(uint32_t (&f)[4][4], uint32_t (&other)
   fence_fragments(other);
 }
 
+// One m64nNk16 wgmma with both operands in shared memory (the mix-ss probe's MMAs; timing only).
+template <class Op, int N, size_t... I>
+__device__ __forceinline__ void mma_ss(uint64_t desc_a, uint64_t desc_b, float (&d)[N], gmma::ScaleOut scale_d,
+                                       std::index_sequence<I...>) {
+  Op::fma(desc_a, desc_b, d[I]..., scale_d);
+}
+
 template <int kWGs, int kN>
 struct ProbeLayout {
   static constexpr int kBTile = kN * 128;  // kN rows x 64 bf16, 128-byte swizzle (whole 8-row atoms)
@@ -236,14 +249,40 @@ __global__ void __launch_bounds__(kWGs * 128, 1)
     mma_rs<typename RsMma<kN>::Op>(f, desc, acc, zero ? gmma::ScaleOut::Zero : gmma::ScaleOut::One,
                                    std::make_index_sequence<kAcc>{});
   };
-  if constexpr (kMode == kMma) {
+  if constexpr (kMode == kMma || kMode == kMixRs) {
     decode(a[0], 0);
     decode(a[1], 1);
   }
+  const bool mma_role = wg < kWGs / 2;  // the mixed modes' halves (warpgroup-uniform)
   // One chunk into fragment buffer kBuf (compile-time, so the buffers stay in registers).
   auto chunk = [&](auto buf_tag, int i) {
     constexpr int buf = decltype(buf_tag)::value;
     const int slot = i % kSlots;
+    if constexpr (mixed_mode(kMode)) {
+      if (mma_role) {
+        if constexpr (kMode == kMixRs) {
+          mma_chunk<kN>(a[buf], a[buf ^ 1], acc, desc_of(slot), i == 0);
+        } else {
+          // A: a 64-row K-major tile from the start of the B slots (8 KB at N = 16), any values
+          fence_accumulators(acc);
+          cute::warpgroup_arrive();
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+            mma_ss<gmma::MMA_64x16x16_F32BF16BF16_SS<gmma::Major::K, gmma::Major::K>>(
+                desc0 + uint64_t(2 * j), desc_of(slot) + uint64_t(2 * j), acc,
+                j == 0 && i == 0 ? gmma::ScaleOut::Zero : gmma::ScaleOut::One, std::make_index_sequence<kAcc>{});
+          cute::warpgroup_commit_batch();
+          fence_accumulators(acc);
+          cute::warpgroup_wait<1>();
+        }
+      } else {
+        decode(a[buf], slot);
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          asm volatile("" : "+r"(a[buf][j][0]), "+r"(a[buf][j][1]), "+r"(a[buf][j][2]), "+r"(a[buf][j][3]));
+      }
+      return;
+    }
     if constexpr (decode_only(kMode)) {
       decode(a[buf], slot);
 #pragma unroll
@@ -290,7 +329,7 @@ __global__ void __launch_bounds__(kWGs * 128, 1)
   fence_accumulators(acc);
   const long long t1 = clock64();
   uint32_t x = 0;
-  if constexpr (!decode_only(kMode)) {
+  if (!decode_only(kMode) && (!mixed_mode(kMode) || mma_role)) {
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) x ^= __float_as_uint(acc[i]);
   } else {
@@ -532,6 +571,7 @@ __global__ void __launch_bounds__(kWGs * 128, 1)
 
 struct Result {
   double ms, cycles_per_chunk;
+  double first_half, second_half;  // medians over warpgroups < kWGs / 2 and the rest (mixed modes)
 };
 
 template <int kWGs, int kMode, int kN>
@@ -548,7 +588,8 @@ Result run(int sms, int iters, int reps, const uint4* d_src, uint32_t* d_sink, l
   }
   std::vector<float> times;
   std::vector<long long> cyc(size_t(sms) * kWGs);
-  std::vector<double> per_chunk;
+  std::vector<double> per_chunk, first_half, second_half;
+  std::vector<long long> lo, hi;
   char what[64];
   std::snprintf(what, sizeof what, "probe %s x%d N=%d", kModeNames[kMode], kWGs, kN);
   timed_launches(
@@ -556,12 +597,23 @@ Result run(int sms, int iters, int reps, const uint4* d_src, uint32_t* d_sink, l
       [&](float ms) {
         times.push_back(ms);
         cudaMemcpy(cyc.data(), d_cycles, cyc.size() * sizeof(long long), cudaMemcpyDeviceToHost);
+        lo.clear(), hi.clear();
+        for (size_t k = 0; k < cyc.size(); ++k) (int(k % kWGs) < kWGs / 2 ? lo : hi).push_back(cyc[k]);
         std::sort(cyc.begin(), cyc.end());
         per_chunk.push_back(double(cyc[cyc.size() / 2]) / iters);
+        if (!lo.empty()) {
+          std::sort(lo.begin(), lo.end());
+          first_half.push_back(double(lo[lo.size() / 2]) / iters);
+        }
+        std::sort(hi.begin(), hi.end());
+        second_half.push_back(double(hi[hi.size() / 2]) / iters);
       });
   std::sort(times.begin(), times.end());
   std::sort(per_chunk.begin(), per_chunk.end());
-  return {times[times.size() / 2], per_chunk[per_chunk.size() / 2]};
+  std::sort(first_half.begin(), first_half.end());
+  std::sort(second_half.begin(), second_half.end());
+  return {times[times.size() / 2], per_chunk[per_chunk.size() / 2],
+          first_half.empty() ? 0.0 : first_half[first_half.size() / 2], second_half[second_half.size() / 2]};
 }
 
 template <int kWGs, int kMode, int kN>
@@ -571,6 +623,11 @@ void report(int sms, int iters, int reps, const uint4* d_src, uint32_t* d_sink, 
   const double bytes_per_sm = double(kWGs) * iters * layout::kUnitBytes;
   const double gbps_sm = bytes_per_sm / (r.ms * 1e-3) / 1e9;
   const double ghz = r.cycles_per_chunk * iters / (r.ms * 1e-3) / 1e9;
+  if constexpr (mixed_mode(kMode)) {  // each half's own cycles a chunk (no per-unit or rate columns)
+    std::printf("%-10s  %3d  %3d  MMA warpgroups %.1f, decode warpgroups %.1f cycles a chunk  %6.2f GHz\n",
+                kModeNames[kMode], kWGs, kN, r.first_half, r.second_half, ghz);
+    return;
+  }
   std::printf("%-10s  %3d  %3d  %9.1f  %8.1f  %9.1f  %8.2f  %6.2f\n", kModeNames[kMode], kWGs, kN,
               r.cycles_per_chunk, r.cycles_per_chunk / kWGs, gbps_sm, gbps_sm * sms / 1e3, ghz);
 }
@@ -600,12 +657,13 @@ int main(int argc, char** argv) {
     else if (a == "--reps") reps = value();
     else if (a == "--set" && i + 1 < argc && (std::string(argv[i + 1]) == "all" || std::string(argv[i + 1]) == "decode" ||
                                              std::string(argv[i + 1]) == "wide" || std::string(argv[i + 1]) == "layout" ||
+                                             std::string(argv[i + 1]) == "overlap" ||
                                              std::string(argv[i + 1]) == "pipeline"))
       set = argv[++i];
     else {
       std::fprintf(stderr,
                    "usage: fp4moe-decode-probe [--iters N (rounded up to even)] [--reps N] "
-                   "[--set all|decode|wide|layout|pipeline]\n");
+                   "[--set all|decode|wide|layout|overlap|pipeline]\n");
       return 2;
     }
   }
@@ -725,6 +783,18 @@ int main(int argc, char** argv) {
     report<4, kFull, 80>(sms, iters, reps, d_src, d_sink, d_cycles);
     report<4, kFullHi, 80>(sms, iters, reps, d_src, d_sink, d_cycles);
     report<4, kFullNoMul, 80>(sms, iters, reps, d_src, d_sink, d_cycles);
+  }
+  if (set == "all" || set == "overlap") {
+    // Does a warpgroup's register-sourced wgmma hold another warpgroup's decode? Two decode
+    // warpgroups alone, then beside two MMA warpgroups (RS, then SS), cycles a chunk per half.
+    report<2, kDecode, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<2, kMma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kMixRs, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kMixSs, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kDecode, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kMma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<8, kMixRs, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<8, kMixSs, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
   }
   if (set != "all" && set != "pipeline") {
     cudaFree(d_src);
