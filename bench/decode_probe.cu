@@ -18,7 +18,8 @@
 //   mix-rs      half the warpgroups run the MMAs alone (register-sourced A, as the kernels), the
 //               other half the decode alone, side by side on each SM: does a warpgroup's RS wgmma
 //               slow another warpgroup's decode more than its issue slots explain? mix-ss: the
-//               same with the MMAs' A read from shared memory (timing only). Reported per half.
+//               same with the MMAs' A read from shared memory (timing only); mix-rs-nomul: RS, the
+//               decode without its scale multiplies. Reported per half.
 //   full-nomul  the full mode without the scale multiplies (wrong values, timing only: does the
 //               bf16x2 multiply compete with the MMAs?)
 //   full-1buf   the full mode with one fragment buffer, as the kernels' wide tiles (BN64/80/96/128
@@ -51,13 +52,13 @@ namespace fp4moe::sm90::probe {
 enum Mode : int {
   kFull, kDecode, kMma, kInterleave, kSync, kSyncMma, kFullFma, kDecodeFma, kFull1,
   kFullHi, kDecodeHi, kFullNoMul, kDecodeNoMul, kFullRot4, kDecodeRot4, kFullRot46, kDecodeRot46,
-  kMixRs, kMixSs
+  kMixRs, kMixSs, kMixRsNoMul
 };
 constexpr const char* kModeNames[] = {"full",     "decode",   "mma",        "interleave", "sync",
                                       "sync-mma", "full-fma", "decode-fma", "full-1buf",  "full-hi",
                                       "decode-hi", "full-nomul", "decode-nomul", "full-rot4", "decode-rot4",
-                                      "full-rot46", "decode-rot46", "mix-rs", "mix-ss"};
-constexpr bool mixed_mode(int m) { return m == kMixRs || m == kMixSs; }
+                                      "full-rot46", "decode-rot46", "mix-rs", "mix-ss", "mix-rs-nomul"};
+constexpr bool mixed_mode(int m) { return m == kMixRs || m == kMixSs || m == kMixRsNoMul; }
 constexpr bool decode_only(int m) {
   return m == kDecode || m == kDecodeFma || m == kDecodeHi || m == kDecodeNoMul || m == kDecodeRot4 ||
          m == kDecodeRot46;
@@ -236,7 +237,7 @@ __global__ void __launch_bounds__(kWGs * 128, 1)
         decode_k16_rot<false>(words[j], s_pair, f[j]);
       else if constexpr (kMode == kFullRot46 || kMode == kDecodeRot46)
         decode_k16_rot<true>(words[j], s_pair, f[j]);
-      else if constexpr (kMode == kFullNoMul || kMode == kDecodeNoMul) {
+      else if constexpr (kMode == kFullNoMul || kMode == kDecodeNoMul || kMode == kMixRsNoMul) {
 #pragma unroll
         for (int q = 0; q < 4; ++q) f[j][q] = layout::fragment_bits(words[j], q);
         (void)s_pair;
@@ -249,7 +250,7 @@ __global__ void __launch_bounds__(kWGs * 128, 1)
     mma_rs<typename RsMma<kN>::Op>(f, desc, acc, zero ? gmma::ScaleOut::Zero : gmma::ScaleOut::One,
                                    std::make_index_sequence<kAcc>{});
   };
-  if constexpr (kMode == kMma || kMode == kMixRs) {
+  if constexpr (kMode == kMma || kMode == kMixRs || kMode == kMixRsNoMul) {
     decode(a[0], 0);
     decode(a[1], 1);
   }
@@ -260,7 +261,7 @@ __global__ void __launch_bounds__(kWGs * 128, 1)
     const int slot = i % kSlots;
     if constexpr (mixed_mode(kMode)) {
       if (mma_role) {
-        if constexpr (kMode == kMixRs) {
+        if constexpr (kMode != kMixSs) {
           mma_chunk<kN>(a[buf], a[buf ^ 1], acc, desc_of(slot), i == 0);
         } else {
           // A: a 64-row K-major tile from the start of the B slots (8 KB at N = 16), any values
@@ -791,6 +792,8 @@ int main(int argc, char** argv) {
     report<2, kMma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
     report<4, kMixRs, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
     report<4, kMixSs, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<2, kDecodeNoMul, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kMixRsNoMul, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
     report<4, kDecode, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
     report<4, kMma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
     report<8, kMixRs, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
