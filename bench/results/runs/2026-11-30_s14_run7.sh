@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU run (session 14, run 7). Staged on main (the mix-rs/mix-ss probe commit) with FP4MOE_STAGE_PYTHON=0
+# GPU run (session 14, run 7; run 8 the same on the next commit, with mix-rs-nomul). Staged on main
 # scripts/stage-gpu.sh. The probe's overlap set: decode warpgroups beside MMA warpgroups (RS or SS).
 set -u
 o=$OUT
