@@ -710,31 +710,31 @@ int main(int argc, char** argv) {
   std::printf("%-10s  %3s  %3s  %9s  %8s  %9s  %8s  %6s\n", "variant", "WGs", "N", "cyc/chunk", "cyc/unit",
               "GB/s/SM", "TB/s", "GHz");
   if (set == "all" || set == "decode") {
-  report<4, kFull, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-  report<4, kDecode, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-  report<4, kMma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-  report<4, kInterleave, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-  report<4, kFullFma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-  report<4, kDecodeFma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-  report<4, kSync, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-  report<4, kSyncMma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-  report<8, kSync, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-  report<2, kSync, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-  report<8, kDecode, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-  report<6, kFull, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-  report<6, kDecode, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-  report<6, kMma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-  report<3, kFull, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-  report<2, kFull, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-  report<2, kDecode, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-  report<2, kMma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-  report<1, kFull, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-  report<1, kDecode, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-  report<1, kMma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-  report<4, kFull, 8>(sms, iters, reps, d_src, d_sink, d_cycles);
-  report<4, kMma, 8>(sms, iters, reps, d_src, d_sink, d_cycles);
-  report<4, kFull, 32>(sms, iters, reps, d_src, d_sink, d_cycles);
-  report<4, kMma, 32>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kFull, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kDecode, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kMma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kInterleave, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kFullFma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kDecodeFma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kSync, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kSyncMma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<8, kSync, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<2, kSync, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<8, kDecode, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<6, kFull, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<6, kDecode, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<6, kMma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<3, kFull, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<2, kFull, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<2, kDecode, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<2, kMma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<1, kFull, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<1, kDecode, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<1, kMma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kFull, 8>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kMma, 8>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kFull, 32>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kMma, 32>(sms, iters, reps, d_src, d_sink, d_cycles);
   }
   if (set == "all" || set == "wide") {
     // The prefill tiles' N (BN48-BN128 run 4 consumers; BN64/80/96/128 single-buffered): does the
