@@ -257,9 +257,11 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
   // single-buffered). Buffers are indexed with compile-time constants only, so
   // they stay in registers.
   constexpr int kBufs = T::kDoubleBuffer && kN != 64 ? 2 : 1;
-  // BN16 tiles of at most 8 tokens (every tile at DeepSeek-R1 T <= 128 under uniform routing) run
-  // m64n8k16 instead of m64n16k16: the same 13 cycles alone, but beside the decode the loop took
-  // 120 cycles a unit against 137 (fp4moe-decode-probe, session 13's layout). Warpgroup-uniform.
+  // BN16 tiles of at most 8 tokens (nearly every tile at DeepSeek-R1 T <= 128 under uniform
+  // routing) run m64n8k16 instead of m64n16k16: the same 13 cycles alone, but beside the decode the
+  // probe's loop took 120 cycles a unit against 137 (session 13's layout), and the layer -1.3 to -5.0%
+  // at DeepSeek-R1 T = 1-128 (session 14, run 9). Same bits (the batch-invariance test passes).
+  // Warpgroup-uniform; the branch makes ptxas inject warpgroup arrives (C7519, no serialization).
   const bool narrow8 = kN == 16 && tc.rows <= 8;
   uint32_t a[kBufs][4][4];
   int prev_stage = T::kStages;  // the sink barrier: no previous stage yet
