@@ -69,12 +69,24 @@ def main(cubins):
                 print(f"{label}: no K loop found")
                 continue
             mmas = sum("HGMMA" in t for t in body)
+            # A loop may hold more than one wgmma shape behind a branch (BN16: m64n8k16 for tiles of
+            # at most 8 tokens, m64n16k16 otherwise): then the count covers both paths and there is
+            # no per-chunk figure (compare such loops by their totals).
+            shapes = {}
+            for t in body:
+                sm = re.search(r"HGMMA\.(\d+x\d+x\d+)", t)
+                if sm:
+                    shapes[sm.group(1)] = shapes.get(sm.group(1), 0) + 1
             ops = {}
             for t in body:
                 op = (t.split()[1] if t.startswith("@") else t.split()[0]).split(".")[0]
                 ops[op] = ops.get(op, 0) + 1
             top = " ".join(f"{k}:{v}" for k, v in sorted(ops.items(), key=lambda kv: -kv[1])[:8])
-            print(f"{label}: {len(body) * 4 / mmas:.0f} per K chunk ({len(body)} in the loop, {mmas} wgmma)  {top}")
+            if len(shapes) > 1:
+                kinds = " ".join(f"{k}:{v}" for k, v in sorted(shapes.items()))
+                print(f"{label}: {len(body)} in the loop, both paths ({mmas} wgmma: {kinds})  {top}")
+            else:
+                print(f"{label}: {len(body) * 4 / mmas:.0f} per K chunk ({len(body)} in the loop, {mmas} wgmma)  {top}")
 
 
 if __name__ == "__main__":
