@@ -19,9 +19,12 @@
 //               other half the decode alone, side by side on each SM: does a warpgroup's RS wgmma
 //               slow another warpgroup's decode more than its issue slots explain? mix-ss: the
 //               same with the MMAs' A read from shared memory (timing only); mix-rs-nomul: RS, the
-//               decode without its scale multiplies. Reported per half.
-//   full-nomul  the full mode without the scale multiplies (wrong values, timing only: does the
-//               bf16x2 multiply compete with the MMAs?)
+//               decode without its scale work (as full-nomul). Reported per half, each half over
+//               its own chunks: the MMA half ends first, so the decode half's figure mixes time
+//               beside the MMAs with time alone (a known flaw of this first form).
+//   full-nomul  the full mode without the scale multiplies, and so without the scale decode too
+//               (its result unused, ptxas drops the byte permutes and multiply-adds; wrong values,
+//               timing only)
 //   full-1buf   the full mode with one fragment buffer, as the kernels' wide tiles (BN64/80/96/128
 //               with 4 consumers) run: a chunk's decode waits for the warpgroup's previous MMAs
 // for 1 to 8 consumer warpgroups a CTA and wgmma N of 8 to 128 ("--set wide": the prefill tiles'

@@ -35,10 +35,15 @@ for tu in sm90_gemm1 sm90_gemm2; do
   # GEMM1's epilogue in a 16-byte stack frame (stored once, reloaded per unrolled activation step;
   # its K loop has no local memory). Anything more, or anywhere else, fails.
   # C7519 ("warpgroup.arrive is injected ... to allow use of registers in GMMA") is not a
-  # serialization: ptxas adds a fence of its own. The BN16 kernels get it from their K loop's branch
-  # between m64n8k16 and m64n16k16 (session 14), and were measured with it; it is printed, not failed.
-  grep -E "C7519" "$log" | sed -E 's/around line [0-9]+/around line N/' | sort | uniq -c | sed 's/^/allowed: /'
-  if grep -E "C75[0-9][0-9]" "$log" | grep -qv "C7519"; then grep -E "C75[0-9][0-9]" "$log" | grep -v "C7519" | sort | uniq -c; status=1; fi
+  # serialization: ptxas adds a fence of its own. The BN16 kernels (Sm90Traits<16, ...>) get it from
+  # their K loop's branch between m64n8k16 and m64n16k16 (session 14), and were measured with it: for
+  # them it is printed, not failed. Every other C75xx line fails. (The lines are captured first: a
+  # `grep -q` at the end of a pipeline under pipefail can SIGPIPE the grep before it and hide a match.)
+  c75=$(grep -E "C75[0-9][0-9]" "$log" || true)
+  allowed=$(printf '%s\n' "$c75" | grep -E "C7519.*Sm90TraitsILi16E" || true)
+  other=$(printf '%s\n' "$c75" | grep -vE "C7519.*Sm90TraitsILi16E" | grep -E "C75[0-9][0-9]" || true)
+  [ -n "$allowed" ] && printf '%s\n' "$allowed" | sed -E 's/around line [0-9]+/around line N/' | sort | uniq -c | sed 's/^/allowed: /'
+  if [ -n "$other" ]; then printf '%s\n' "$other" | sort | uniq -c; status=1; fi
   awk '/Function properties for/ {fn=$NF}
        /bytes stack frame/ {frame=$1+0; st=$5+0; ld=$9+0;   # "F bytes stack frame, S bytes spill stores, L bytes spill loads"
          if (frame == 0 && st == 0 && ld == 0) next;

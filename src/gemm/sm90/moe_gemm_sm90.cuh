@@ -320,7 +320,8 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
                             uint64_t(c * T::kBTileBytes / 16);
       if (narrow8) {
         // BN16, a tile of at most 8 tokens: m64n8k16 on the first 8-row atom of B into the first
-        // four accumulators (the other four are never stored for such a tile).
+        // four accumulators (the other four, uninitialized here, never reach an output: split-K
+        // sums them but the epilogues skip tokens 8-15, which such a tile does not have).
         float(&acc8)[4] = *reinterpret_cast<float(*)[4]>(&acc[0]);
 #pragma unroll
         for (int j = 0; j < 4; ++j)
