@@ -19,9 +19,11 @@
 //               other half the decode alone, side by side on each SM: does a warpgroup's RS wgmma
 //               slow another warpgroup's decode more than its issue slots explain? mix-ss: the
 //               same with the MMAs' A read from shared memory (timing only); mix-rs-nomul: RS, the
-//               decode without its scale work (as full-nomul). Reported per half, each half over
-//               its own chunks: the MMA half ends first, so the decode half's figure mixes time
-//               beside the MMAs with time alone (a known flaw of this first form).
+//               decode without its scale work (as full-nomul); mix-idle: the same kernel with the
+//               MMA half idle (the control). Reported per half. The MMA half runs kMixMmaFactor
+//               times the chunks (since session 14's runs 7-8, whose MMA half ran as many chunks
+//               as the decode half and ended first, so that their decode figures mixed time beside
+//               the MMAs with time alone).
 //   full-nomul  the full mode without the scale multiplies, and so without the scale decode too
 //               (its result unused, ptxas drops the byte permutes and multiply-adds; wrong values,
 //               timing only)
@@ -55,13 +57,17 @@ namespace fp4moe::sm90::probe {
 enum Mode : int {
   kFull, kDecode, kMma, kInterleave, kSync, kSyncMma, kFullFma, kDecodeFma, kFull1,
   kFullHi, kDecodeHi, kFullNoMul, kDecodeNoMul, kFullRot4, kDecodeRot4, kFullRot46, kDecodeRot46,
-  kMixRs, kMixSs, kMixRsNoMul
+  kMixRs, kMixSs, kMixRsNoMul, kMixIdle
 };
 constexpr const char* kModeNames[] = {"full",     "decode",   "mma",        "interleave", "sync",
                                       "sync-mma", "full-fma", "decode-fma", "full-1buf",  "full-hi",
                                       "decode-hi", "full-nomul", "decode-nomul", "full-rot4", "decode-rot4",
-                                      "full-rot46", "decode-rot46", "mix-rs", "mix-ss", "mix-rs-nomul"};
-constexpr bool mixed_mode(int m) { return m == kMixRs || m == kMixSs || m == kMixRsNoMul; }
+                                      "full-rot46", "decode-rot46", "mix-rs", "mix-ss", "mix-rs-nomul", "mix-idle"};
+constexpr bool mixed_mode(int m) { return m == kMixRs || m == kMixSs || m == kMixRsNoMul || m == kMixIdle; }
+// The mix modes' MMA half runs this many times the decode half's chunks, so that the decode half
+// runs beside MMAs from its first chunk to its last (its figure is then clean; the MMA half's
+// mixes time beside the decode with time alone).
+constexpr int kMixMmaFactor = 4;
 constexpr bool decode_only(int m) {
   return m == kDecode || m == kDecodeFma || m == kDecodeHi || m == kDecodeNoMul || m == kDecodeRot4 ||
          m == kDecodeRot46;
@@ -324,8 +330,11 @@ __global__ void __launch_bounds__(kWGs * 128, 1)
       mma_chunk<kN>(a[buf], a[buf ^ 1], acc, desc_of(slot), i == 0);
     }
   };
+  // (warpgroup-uniform: every warp of a warpgroup runs the same count of wgmma)
+  const int my_iters =
+      !mixed_mode(kMode) || !mma_role ? iters : kMode == kMixIdle ? 0 : kMixMmaFactor * iters;
   const long long t0 = clock64();
-  for (int i = 0; i < iters; i += 2) {
+  for (int i = 0; i < my_iters; i += 2) {
     chunk(std::integral_constant<int, 0>{}, i);
     chunk(std::integral_constant<int, 1>{}, i + 1);
   }
@@ -333,7 +342,7 @@ __global__ void __launch_bounds__(kWGs * 128, 1)
   fence_accumulators(acc);
   const long long t1 = clock64();
   uint32_t x = 0;
-  if (!decode_only(kMode) && (!mixed_mode(kMode) || mma_role)) {
+  if (!decode_only(kMode) && kMode != kMixIdle && (!mixed_mode(kMode) || mma_role)) {
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) x ^= __float_as_uint(acc[i]);
   } else {
@@ -607,7 +616,7 @@ Result run(int sms, int iters, int reps, const uint4* d_src, uint32_t* d_sink, l
         per_chunk.push_back(double(cyc[cyc.size() / 2]) / iters);
         if (!lo.empty()) {
           std::sort(lo.begin(), lo.end());
-          first_half.push_back(double(lo[lo.size() / 2]) / iters);
+          first_half.push_back(double(lo[lo.size() / 2]) / (mixed_mode(kMode) ? kMixMmaFactor * iters : iters));
         }
         std::sort(hi.begin(), hi.end());
         second_half.push_back(double(hi[hi.size() / 2]) / iters);
@@ -626,10 +635,16 @@ void report(int sms, int iters, int reps, const uint4* d_src, uint32_t* d_sink, 
   // Weight bytes the loop would have streamed: a 64 x 64 unit (2304 bytes) per warpgroup and chunk.
   const double bytes_per_sm = double(kWGs) * iters * layout::kUnitBytes;
   const double gbps_sm = bytes_per_sm / (r.ms * 1e-3) / 1e9;
-  const double ghz = r.cycles_per_chunk * iters / (r.ms * 1e-3) / 1e9;
+  // (the mix modes: the clock from the half that ran longest, the MMA half's kMixMmaFactor x iters)
+  const double ghz = (mixed_mode(kMode) ? std::max(r.first_half * kMixMmaFactor, r.second_half) : r.cycles_per_chunk) *
+                     iters / (r.ms * 1e-3) / 1e9;
   if constexpr (mixed_mode(kMode)) {  // each half's own cycles a chunk (no per-unit or rate columns)
-    std::printf("%-10s  %3d  %3d  MMA warpgroups %.1f, decode warpgroups %.1f cycles a chunk  %6.2f GHz\n",
-                kModeNames[kMode], kWGs, kN, r.first_half, r.second_half, ghz);
+    if (kMode == kMixIdle)
+      std::printf("%-10s  %3d  %3d  MMA warpgroups idle, decode warpgroups %.1f cycles a chunk\n", kModeNames[kMode],
+                  kWGs, kN, r.second_half);
+    else
+      std::printf("%-10s  %3d  %3d  MMA warpgroups %.1f, decode warpgroups %.1f cycles a chunk  %6.2f GHz\n",
+                  kModeNames[kMode], kWGs, kN, r.first_half, r.second_half, ghz);
     return;
   }
   std::printf("%-10s  %3d  %3d  %9.1f  %8.1f  %9.1f  %8.2f  %6.2f\n", kModeNames[kMode], kWGs, kN,
@@ -789,18 +804,20 @@ int main(int argc, char** argv) {
     report<4, kFullNoMul, 80>(sms, iters, reps, d_src, d_sink, d_cycles);
   }
   if (set == "all" || set == "overlap") {
-    // Does a warpgroup's register-sourced wgmma hold another warpgroup's decode? Two decode
-    // warpgroups alone, then beside two MMA warpgroups (RS, then SS), cycles a chunk per half.
+    // Does a warpgroup's wgmma slow another warpgroup's decode? Two decode warpgroups alone, then
+    // beside two MMA warpgroups (RS, SS, RS with N = 8 and 32), cycles a chunk per half. (No
+    // 8-warpgroup RS row: at 64 registers a thread ptxas serializes its wgmma, C7512.)
     report<2, kDecode, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
     report<2, kMma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
     report<4, kMixRs, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
     report<4, kMixSs, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
     report<2, kDecodeNoMul, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
     report<4, kMixRsNoMul, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kMixIdle, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kMixRs, 8>(sms, iters, reps, d_src, d_sink, d_cycles);
+    report<4, kMixRs, 32>(sms, iters, reps, d_src, d_sink, d_cycles);
     report<4, kDecode, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
     report<4, kMma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<8, kMixRs, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<8, kMixSs, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
   }
   if (set != "all" && set != "pipeline") {
     cudaFree(d_src);
