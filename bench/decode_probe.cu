@@ -727,98 +727,108 @@ int main(int argc, char** argv) {
   std::printf("%s, %d SMs; %d chunks a warpgroup, median of %d launches\n", prop.name, sms, iters, reps);
   std::printf("%-10s  %3s  %3s  %9s  %8s  %9s  %8s  %6s\n", "variant", "WGs", "N", "cyc/chunk", "cyc/unit",
               "GB/s/SM", "TB/s", "GHz");
-  if (set == "all" || set == "decode") {
-    report<4, kFull, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kDecode, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kMma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kInterleave, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kFullFma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kDecodeFma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kSync, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kSyncMma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<8, kSync, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<2, kSync, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<8, kDecode, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<6, kFull, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<6, kDecode, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<6, kMma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<3, kFull, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<2, kFull, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<2, kDecode, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<2, kMma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<1, kFull, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<1, kDecode, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<1, kMma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kFull, 8>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kMma, 8>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kFull, 32>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kMma, 32>(sms, iters, reps, d_src, d_sink, d_cycles);
-  }
-  if (set == "all" || set == "wide") {
-    // The prefill tiles' N (BN48-BN128 run 4 consumers; BN64/80/96/128 single-buffered): does the
-    // decode overlap the MMAs once those take longer than it? The decode alone is the N = 16 row.
-    report<4, kDecode, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kMma, 48>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kFull, 48>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kFull1, 48>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kMma, 64>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kFull, 64>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kFull1, 64>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kMma, 80>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kFull, 80>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kFull1, 80>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<3, kFull, 80>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<3, kFull1, 80>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<2, kFull, 80>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<2, kMma, 80>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kMma, 96>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kFull, 96>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kFull1, 96>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kMma, 128>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kFull, 128>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kFull1, 128>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<2, kFull, 128>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<2, kMma, 128>(sms, iters, reps, d_src, d_sink, d_cycles);
-  }
-  if (set == "all" || set == "layout") {
-    // The decode's pipe balance at the decode N (16, 32) and BN80's.
-    report<4, kFull, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kDecode, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kMma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kFullHi, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kDecodeHi, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kFullFma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kDecodeFma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kFullNoMul, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kDecodeNoMul, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kFullRot4, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kDecodeRot4, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kFullRot46, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kDecodeRot46, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kFullRot4, 80>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<6, kFull, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kFull, 32>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kFullHi, 32>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kFull, 80>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kFullHi, 80>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kFullNoMul, 80>(sms, iters, reps, d_src, d_sink, d_cycles);
-  }
-  if (set == "all" || set == "overlap") {
-    // Does a warpgroup's wgmma slow another warpgroup's decode? Two decode warpgroups alone, then
-    // beside two MMA warpgroups (RS, SS, RS with N = 8 and 32), cycles a chunk per half. (No
-    // 8-warpgroup RS row: at 64 registers a thread ptxas serializes its wgmma, C7512.)
-    report<2, kDecode, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<2, kMma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kMixRs, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kMixSs, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<2, kDecodeNoMul, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kMixRsNoMul, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kMixIdle, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kMixRs, 8>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kMixRs, 32>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kDecode, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-    report<4, kMma, 16>(sms, iters, reps, d_src, d_sink, d_cycles);
-  }
+  // The variant sets (--set), each a list of report<warpgroups, mode, N> instantiations.
+  using ReportFn = void (*)(int, int, int, const uint4*, uint32_t*, long long*);
+  static constexpr ReportFn kDecodeSet[] = {
+      report<4, kFull, 16>,
+      report<4, kDecode, 16>,
+      report<4, kMma, 16>,
+      report<4, kInterleave, 16>,
+      report<4, kFullFma, 16>,
+      report<4, kDecodeFma, 16>,
+      report<4, kSync, 16>,
+      report<4, kSyncMma, 16>,
+      report<8, kSync, 16>,
+      report<2, kSync, 16>,
+      report<8, kDecode, 16>,
+      report<6, kFull, 16>,
+      report<6, kDecode, 16>,
+      report<6, kMma, 16>,
+      report<3, kFull, 16>,
+      report<2, kFull, 16>,
+      report<2, kDecode, 16>,
+      report<2, kMma, 16>,
+      report<1, kFull, 16>,
+      report<1, kDecode, 16>,
+      report<1, kMma, 16>,
+      report<4, kFull, 8>,
+      report<4, kMma, 8>,
+      report<4, kFull, 32>,
+      report<4, kMma, 32>,
+  };
+  // The prefill tiles' N (BN48-BN128 run 4 consumers; BN64/80/96/128 single-buffered): does the
+  // decode overlap the MMAs once those take longer than it? The decode alone is the N = 16 row.
+  static constexpr ReportFn kWideSet[] = {
+      report<4, kDecode, 16>,
+      report<4, kMma, 48>,
+      report<4, kFull, 48>,
+      report<4, kFull1, 48>,
+      report<4, kMma, 64>,
+      report<4, kFull, 64>,
+      report<4, kFull1, 64>,
+      report<4, kMma, 80>,
+      report<4, kFull, 80>,
+      report<4, kFull1, 80>,
+      report<3, kFull, 80>,
+      report<3, kFull1, 80>,
+      report<2, kFull, 80>,
+      report<2, kMma, 80>,
+      report<4, kMma, 96>,
+      report<4, kFull, 96>,
+      report<4, kFull1, 96>,
+      report<4, kMma, 128>,
+      report<4, kFull, 128>,
+      report<4, kFull1, 128>,
+      report<2, kFull, 128>,
+      report<2, kMma, 128>,
+  };
+  // The decode's pipe balance at the decode N (16, 32) and BN80's.
+  static constexpr ReportFn kLayoutSet[] = {
+      report<4, kFull, 16>,
+      report<4, kDecode, 16>,
+      report<4, kMma, 16>,
+      report<4, kFullHi, 16>,
+      report<4, kDecodeHi, 16>,
+      report<4, kFullFma, 16>,
+      report<4, kDecodeFma, 16>,
+      report<4, kFullNoMul, 16>,
+      report<4, kDecodeNoMul, 16>,
+      report<4, kFullRot4, 16>,
+      report<4, kDecodeRot4, 16>,
+      report<4, kFullRot46, 16>,
+      report<4, kDecodeRot46, 16>,
+      report<4, kFullRot4, 80>,
+      report<6, kFull, 16>,
+      report<4, kFull, 32>,
+      report<4, kFullHi, 32>,
+      report<4, kFull, 80>,
+      report<4, kFullHi, 80>,
+      report<4, kFullNoMul, 80>,
+  };
+  // Does a warpgroup's wgmma slow another warpgroup's decode? Two decode warpgroups alone, then
+  // beside two MMA warpgroups (RS, SS, RS with N = 8 and 32), cycles a chunk per half. (No
+  // 8-warpgroup RS row: at 64 registers a thread ptxas serializes its wgmma, C7512.)
+  static constexpr ReportFn kOverlapSet[] = {
+      report<2, kDecode, 16>,
+      report<2, kMma, 16>,
+      report<4, kMixRs, 16>,
+      report<4, kMixSs, 16>,
+      report<2, kDecodeNoMul, 16>,
+      report<4, kMixRsNoMul, 16>,
+      report<4, kMixIdle, 16>,
+      report<4, kMixRs, 8>,
+      report<4, kMixRs, 32>,
+      report<4, kDecode, 16>,
+      report<4, kMma, 16>,
+  };
+  auto run_set = [&](const char* name, const auto& fns) {
+    if (set != "all" && set != name) return;
+    for (ReportFn f : fns) f(sms, iters, reps, d_src, d_sink, d_cycles);
+  };
+  run_set("decode", kDecodeSet);
+  run_set("wide", kWideSet);
+  run_set("layout", kLayoutSet);
+  run_set("overlap", kOverlapSet);
   if (set != "all" && set != "pipeline") {
     cudaFree(d_src);
     cudaFree(d_sink);
