@@ -318,23 +318,20 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
       // field never carries into the next one.
       const uint64_t desc = desc_stage0 + uint64_t(uint32_t(ps.stage) * (T::kChunks * T::kBTileBytes / 16)) +
                             uint64_t(c * T::kBTileBytes / 16);
-      if (narrow8) {
-        // BN16, a tile of at most 8 tokens: m64n8k16 on the first 8-row atom of B into the first
-        // four accumulators (the other four, uninitialized here, never reach an output: split-K
-        // sums them but the epilogues skip tokens 8-15, which such a tile does not have).
-        float(&acc8)[4] = *reinterpret_cast<float(*)[4]>(&acc[0]);
+      // The four k16 steps' MMAs with wgmma N = n into the first n / 2 accumulators: n = 8 for a
+      // narrow BN16 tile (the other four accumulators, uninitialized then, never reach an output:
+      // split-K sums them but the epilogues skip tokens 8-15, which such a tile does not have).
+      auto mmas = [&](auto n_tag) {
+        constexpr int n = decltype(n_tag)::value;
+        float(&acc_n)[n / 2] = *reinterpret_cast<float(*)[n / 2]>(&acc[0]);
 #pragma unroll
         for (int j = 0; j < 4; ++j)
-          mma_rs<typename RsMma<8>::Op>(a[buf][j], desc + uint64_t(2 * j), acc8,
+          mma_rs<typename RsMma<n>::Op>(a[buf][j], desc + uint64_t(2 * j), acc_n,
                                         (j == 0 && first) ? gmma::ScaleOut::Zero : gmma::ScaleOut::One,
-                                        std::make_index_sequence<4>{});
-      } else {
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-          mma_rs<typename RsMma<kN>::Op>(a[buf][j], desc + uint64_t(2 * j), acc,
-                                         (j == 0 && first) ? gmma::ScaleOut::Zero : gmma::ScaleOut::One,
-                                         std::make_index_sequence<kAcc>{});
-      }
+                                        std::make_index_sequence<n / 2>{});
+      };
+      if (narrow8) mmas(std::integral_constant<int, 8>{});
+      else mmas(std::integral_constant<int, kN>{});
       cute::warpgroup_commit_batch();
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
