@@ -164,6 +164,18 @@ __device__ __forceinline__ void fence_accumulators(float (&acc)[kAcc]) {
   for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
 }
 
+// One batch of MMAs on `acc` (issued by `issue`) behind a warpgroup fence, committed; then the
+// previous batch waited for.
+template <int kAcc, class Issue>
+__device__ __forceinline__ void mma_batch(float (&acc)[kAcc], Issue&& issue) {
+  fence_accumulators(acc);
+  cute::warpgroup_arrive();
+  issue();
+  cute::warpgroup_commit_batch();
+  fence_accumulators(acc);
+  cute::warpgroup_wait<1>();
+}
+
 // The MMA half of a chunk as consume_tile issues it: the decoded fragments `f`, the four k16 steps
 // on B descriptor `desc` (the first one starting the sum when `first`) behind one warpgroup fence,
 // committed; then the previous chunk's MMAs waited for, so that its buffer `other` may be rewritten.
@@ -171,16 +183,13 @@ template <int kN>
 __device__ __forceinline__ void mma_chunk(uint32_t (&f)[4][4], uint32_t (&other)[4][4], float (&acc)[kN / 2],
                                           uint64_t desc, bool first) {
   fence_fragments(f);
-  fence_accumulators(acc);
-  cute::warpgroup_arrive();
+  mma_batch(acc, [&] {
 #pragma unroll
-  for (int j = 0; j < 4; ++j)
-    mma_rs<typename RsMma<kN>::Op>(f[j], desc + uint64_t(2 * j), acc,
-                                   j == 0 && first ? gmma::ScaleOut::Zero : gmma::ScaleOut::One,
-                                   std::make_index_sequence<kN / 2>{});
-  cute::warpgroup_commit_batch();
-  fence_accumulators(acc);
-  cute::warpgroup_wait<1>();
+    for (int j = 0; j < 4; ++j)
+      mma_rs<typename RsMma<kN>::Op>(f[j], desc + uint64_t(2 * j), acc,
+                                     j == 0 && first ? gmma::ScaleOut::Zero : gmma::ScaleOut::One,
+                                     std::make_index_sequence<kN / 2>{});
+  });
   fence_fragments(other);
 }
 
@@ -274,16 +283,13 @@ __global__ void __launch_bounds__(kWGs * 128, 1)
           mma_chunk<kN>(a[buf], a[buf ^ 1], acc, desc_of(slot), i == 0);
         } else {
           // A: a 64-row K-major tile from the start of the B slots (8 KB at N = 16), any values
-          fence_accumulators(acc);
-          cute::warpgroup_arrive();
+          mma_batch(acc, [&] {
 #pragma unroll
-          for (int j = 0; j < 4; ++j)
-            mma_ss<gmma::MMA_64x16x16_F32BF16BF16_SS<gmma::Major::K, gmma::Major::K>>(
-                desc0 + uint64_t(2 * j), desc_of(slot) + uint64_t(2 * j), acc,
-                j == 0 && i == 0 ? gmma::ScaleOut::Zero : gmma::ScaleOut::One, std::make_index_sequence<kAcc>{});
-          cute::warpgroup_commit_batch();
-          fence_accumulators(acc);
-          cute::warpgroup_wait<1>();
+            for (int j = 0; j < 4; ++j)
+              mma_ss<gmma::MMA_64x16x16_F32BF16BF16_SS<gmma::Major::K, gmma::Major::K>>(
+                  desc0 + uint64_t(2 * j), desc_of(slot) + uint64_t(2 * j), acc,
+                  j == 0 && i == 0 ? gmma::ScaleOut::Zero : gmma::ScaleOut::One, std::make_index_sequence<kAcc>{});
+          });
         }
       } else {
         decode(a[buf], slot);
