@@ -108,8 +108,30 @@ struct RsMma<128> {
   using Op = gmma::MMA_64x128x16_F32BF16BF16_RS<gmma::Major::K, gmma::Major::K>;
 };
 template <>
+struct RsMma<72> {
+  using Op = gmma::MMA_64x72x16_F32BF16BF16_RS<gmma::Major::K, gmma::Major::K>;
+};
+template <>
 struct RsMma<256> {
   using Op = gmma::MMA_64x256x16_F32BF16BF16_RS<gmma::Major::K, gmma::Major::K>;
+};
+
+// The narrower wgmma N a tile of kN runs when it has few tokens (narrow_n<kN>::a / ::b: a tile of
+// at most a, else at most b tokens; 0: none). m64nNk16's accumulators are the first N / 2 of a
+// wider one's (four per 8 tokens), so a narrower MMA fills a prefix of the same array, with the
+// same per-element k16 sequence: the same bits. Beside the decode an MMA costs more the wider it
+// is (fp4moe-decode-probe: the BN16 loop 115 cycles a unit with N = 16, the wide tiles' about
+// max(112 + N, 2N)). Measured against the full N on an H200 (session 14 run 9, session 15 runs
+// 1-2, layer graph replay): BN16 -1.3 to -5.0% at DeepSeek-R1 T = 1-128; BN32 -5.1 to -5.8% at
+// T=512 and -1.8% at T=4096 (its tail tiles); BN48 -1.3 / -3.8% at T=1024; BN80 -0.9 / -1.6% at
+// T=2048, gpt-oss-120b T=2048 -1.1 / -2.8%. With BN128 narrowed too (96 / 112), DeepSeek-R1
+// T=4096 and Qwen3-30B T=2048 (BN128, tail tiles BN32) took +1.2 / +1.2% (run 1: +1.4 / -1.0%)
+// where BN16 and BN32 alone gave -1.8 / -1.7%: BN128 keeps its one N. BN64 and BN96 do too (not
+// measured narrowed).
+template <int kN>
+struct narrow_n {
+  static constexpr int a = kN == 16 ? 8 : kN == 32 ? 8 : kN == 48 ? 16 : kN == 80 ? 64 : 0;
+  static constexpr int b = kN == 32 ? 16 : kN == 48 ? 32 : kN == 80 ? 72 : 0;
 };
 
 // scale_d = Zero overwrites the accumulators instead of adding to them: the first MMA of a tile
@@ -257,12 +279,11 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
   // single-buffered). Buffers are indexed with compile-time constants only, so
   // they stay in registers.
   constexpr int kBufs = T::kDoubleBuffer && kN != 64 ? 2 : 1;
-  // BN16 tiles of at most 8 tokens (nearly every tile at DeepSeek-R1 T <= 128 under uniform
-  // routing) run m64n8k16 instead of m64n16k16: the same 13 cycles alone, but beside the decode the
-  // probe's loop took 120 cycles a unit against 137 (session 13's layout), and the layer -1.3 to -5.0%
-  // at DeepSeek-R1 T = 1-128 (session 14, run 9). Same bits (the batch-invariance test passes).
-  // Warpgroup-uniform; the branch makes ptxas inject warpgroup arrives (C7519, no serialization).
-  const bool narrow8 = kN == 16 && tc.rows <= 8;
+  // A tile with few tokens runs a narrower wgmma (narrow_n; at DeepSeek-R1 T <= 128 under uniform
+  // routing nearly every BN16 tile has at most 8 tokens and runs m64n8k16). Warpgroup-uniform and
+  // fixed over the tile; the branch makes ptxas inject warpgroup arrives (C7519, no serialization).
+  constexpr int kNa = narrow_n<kN>::a, kNb = narrow_n<kN>::b;
+  const bool narrow_a = kNa > 0 && tc.rows <= kNa, narrow_b = kNb > 0 && tc.rows <= kNb;
   uint32_t a[kBufs][4][4];
   int prev_stage = T::kStages;  // the sink barrier: no previous stage yet
   auto fence_fragments = [&](uint32_t(&frag)[4][4]) {
@@ -318,9 +339,7 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
       // field never carries into the next one.
       const uint64_t desc = desc_stage0 + uint64_t(uint32_t(ps.stage) * (T::kChunks * T::kBTileBytes / 16)) +
                             uint64_t(c * T::kBTileBytes / 16);
-      // The four k16 steps' MMAs with wgmma N = n into the first n / 2 accumulators: n = 8 for a
-      // narrow BN16 tile (the other four accumulators, uninitialized then, never reach an output:
-      // split-K sums them but the epilogues skip tokens 8-15, which such a tile does not have).
+      // The k16 steps' MMAs with wgmma N = n into the first n / 2 accumulators.
       auto mmas = [&](auto n_tag) {
         constexpr int n = decltype(n_tag)::value;
         float(&acc_n)[n / 2] = *reinterpret_cast<float(*)[n / 2]>(&acc[0]);
@@ -330,8 +349,19 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
                                         (j == 0 && first) ? gmma::ScaleOut::Zero : gmma::ScaleOut::One,
                                         std::make_index_sequence<n / 2>{});
       };
-      if (narrow8) mmas(std::integral_constant<int, 8>{});
-      else mmas(std::integral_constant<int, kN>{});
+      // (The accumulators beyond a narrower n, uninitialized for such a tile, never reach an output:
+      // split-K sums them but the epilogues skip the tokens the tile does not have.)
+      if constexpr (kNa == 0) {
+        mmas(std::integral_constant<int, kN>{});
+      } else if (narrow_a) {
+        mmas(std::integral_constant<int, kNa>{});
+      } else if constexpr (kNb == 0) {
+        mmas(std::integral_constant<int, kN>{});
+      } else if (narrow_b) {
+        mmas(std::integral_constant<int, kNb>{});
+      } else {
+        mmas(std::integral_constant<int, kN>{});
+      }
       cute::warpgroup_commit_batch();
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
