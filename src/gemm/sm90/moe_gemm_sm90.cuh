@@ -126,12 +126,13 @@ struct RsMma<256> {
 // T=512 and -1.8% at T=4096 (its tail tiles); BN48 -1.3 / -3.8% at T=1024; BN80 -0.9 / -1.6% at
 // T=2048, gpt-oss-120b T=2048 -1.1 / -2.8%. With BN128 narrowed too (96 / 112), DeepSeek-R1
 // T=4096 and Qwen3-30B T=2048 (BN128, tail tiles BN32) took +1.2 / +1.2% (run 1: +1.4 / -1.0%)
-// where BN16 and BN32 alone gave -1.8 / -1.7%: BN128 keeps its one N. BN64 and BN96 do too (not
-// measured narrowed).
+// where BN16 and BN32 alone gave -1.8 / -1.7%: BN128 keeps its one N. BN64 (32 / 48) -3.0% at
+// DeepSeek-R1 T=1536, BN96 (72 / 80) -1.6% at T=2560 (run 3).
 template <int kN>
 struct narrow_n {
-  static constexpr int a = kN == 16 ? 8 : kN == 32 ? 8 : kN == 48 ? 16 : kN == 80 ? 64 : 0;
-  static constexpr int b = kN == 32 ? 16 : kN == 48 ? 32 : kN == 80 ? 72 : 0;
+  static constexpr int a = kN == 16 ? 8 : kN == 32 ? 8 : kN == 48 ? 16 : kN == 64 ? 32 : kN == 80 ? 64
+                         : kN == 96 ? 72 : 0;
+  static constexpr int b = kN == 32 ? 16 : kN == 48 ? 32 : kN == 64 ? 48 : kN == 80 ? 72 : kN == 96 ? 80 : 0;
 };
 
 // scale_d = Zero overwrites the accumulators instead of adding to them: the first MMA of a tile
