@@ -35,7 +35,8 @@
 // cycles a warpgroup takes per chunk and the weight rate that would be per SM and per GPU. Then the
 // same with memory ("pipeline"): a producer thread streaming weights from a buffer larger than L2
 // through 4, 6 or 9 stages, the consumers only releasing them ("stream") or decoding and running
-// the MMAs too ("stream+mma"), as the BN16 decode kernels do without their tile logic; then cut
+// the MMAs too ("stream+mma", N = 16; "/n8": m64n8k16, as BN16 tiles of at most 8 tokens run since
+// session 14), as the BN16 decode kernels do without their tile logic; then cut
 // into tiles of 112 or 32 chunks, drained at each end ("+epi": and a stand-in epilogue). A
 // diagnostic for choosing what to change in the kernels; the product's speed is fp4moe-bench's.
 //
@@ -369,11 +370,12 @@ __global__ void __launch_bounds__(kWGs * 128, 1)
 // tile_chunks (even): the consumers end a tile every tile_chunks chunks as consume_tile does (the
 // MMAs drained, then with epi a stand-in epilogue: the accumulators through shared memory between
 // two warpgroup barriers) and start the next with fresh accumulators; the producer streams on.
-template <int kWGs, int kStages, bool kCompute>
+template <int kWGs, int kStages, bool kCompute, int kN = 16>
 __global__ void __launch_bounds__((kWGs + 1) * 128, 1)
     stream_loop(const uint8_t* weights, const uint8_t* act, int chunks, int tile_chunks, int epi, int interleave,
                 uint32_t* sink) {
-  constexpr int kN = 16, kBTile = kN * 128, kChunkW = kWGs * layout::kUnitBytes, kSlotsS = 2 * kStages;
+  static_assert(kN == 8 || kN == 16, "the stream probe's B tile is 16 token rows (N = 8 reads the first 8)");
+  constexpr int kBTile = 16 * 128, kChunkW = kWGs * layout::kUnitBytes, kSlotsS = 2 * kStages;
   constexpr int kOffW = kSlotsS * kBTile, kOffBars = kOffW + kSlotsS * kChunkW;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
@@ -491,7 +493,7 @@ void timed_launches(int reps, const char* what, Launch&& launch, After&& after) 
   cudaEventDestroy(e1);
 }
 
-template <int kWGs, int kStages, bool kCompute>
+template <int kWGs, int kStages, bool kCompute, int kN = 16>
 void report_stream(int sms, int chunks, int reps, const uint8_t* d_w, const uint8_t* d_act, uint32_t* d_sink,
                    int tile_chunks = 0, int epi = 0, int interleave = 0) {
   constexpr int kChunkW = kWGs * layout::kUnitBytes;
@@ -502,7 +504,7 @@ void report_stream(int sms, int chunks, int reps, const uint8_t* d_w, const uint
     std::exit(2);
   }
   const int smem = 2 * kStages * (16 * 128 + kChunkW) + (kStages + 1) * 16 + kWGs * 128 * 8 * 4 + 1024;
-  auto kernel = stream_loop<kWGs, kStages, kCompute>;
+  auto kernel = stream_loop<kWGs, kStages, kCompute, kN>;
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess) {
     std::fprintf(stderr, "error: cudaFuncSetAttribute: %s\n", cudaGetErrorString(cudaGetLastError()));
     std::exit(1);
@@ -516,8 +518,8 @@ void report_stream(int sms, int chunks, int reps, const uint8_t* d_w, const uint
   const double ms = times[times.size() / 2];
   const double bytes = double(sms) * chunks * kChunkW;
   char name[32];
-  std::snprintf(name, sizeof name, "%s%s%s", kCompute ? "stream+mma" : "stream", epi ? "+epi" : "",
-                interleave ? "+il" : "");
+  std::snprintf(name, sizeof name, "%s%s%s%s", kCompute ? "stream+mma" : "stream", kN == 8 ? "/n8" : "",
+                epi ? "+epi" : "", interleave ? "+il" : "");
   std::printf("%-18s  %3d  %6d  %6d  %5d  %9.1f  %8.2f  %9.1f\n", name, kWGs, kStages, chunks, tile_chunks, ms * 1e3,
               bytes / (ms * 1e-3) / 1e12, bytes / (ms * 1e-3) / 1e9 / sms);
 }
@@ -862,6 +864,7 @@ int main(int argc, char** argv) {
     report_stream<4, 4, true>(sms, chunks, reps, d_w, d_act, d_sink);
     report_stream<4, 6, true>(sms, chunks, reps, d_w, d_act, d_sink);
     report_stream<4, 9, true>(sms, chunks, reps, d_w, d_act, d_sink);
+    report_stream<4, 6, true, 8>(sms, chunks, reps, d_w, d_act, d_sink);  // "/n8": m64n8k16, as BN16 tiles of <= 8 tokens
   }
   // The long stream cut into tiles as the GEMMs' (GEMM1 at DeepSeek-R1: 112 chunks, GEMM2: 32), the
   // MMAs drained at each tile's end, with and without a stand-in epilogue.
@@ -871,6 +874,7 @@ int main(int argc, char** argv) {
     // "+il": a CTA's consecutive tiles far apart in memory, as the kernels' static schedule has them.
     report_stream<4, 6, false>(sms, long_chunks, reps, d_w, d_act, d_sink, tile, 0, 1);
     report_stream<4, 6, true>(sms, long_chunks, reps, d_w, d_act, d_sink, tile, 1, 1);
+    report_stream<4, 6, true, 8>(sms, long_chunks, reps, d_w, d_act, d_sink, tile, 1, 1);
   }
   cudaFree(d_w);
   cudaFree(d_act);
