@@ -864,7 +864,8 @@ int main(int argc, char** argv) {
     report_stream<4, 4, true>(sms, chunks, reps, d_w, d_act, d_sink);
     report_stream<4, 6, true>(sms, chunks, reps, d_w, d_act, d_sink);
     report_stream<4, 9, true>(sms, chunks, reps, d_w, d_act, d_sink);
-    report_stream<4, 6, true, 8>(sms, chunks, reps, d_w, d_act, d_sink);  // "/n8": m64n8k16, as BN16 tiles of <= 8 tokens
+    // "/n8": m64n8k16, as BN16 tiles of at most 8 tokens run
+    report_stream<4, 6, true, 8>(sms, chunks, reps, d_w, d_act, d_sink);
   }
   // The long stream cut into tiles as the GEMMs' (GEMM1 at DeepSeek-R1: 112 chunks, GEMM2: 32), the
   // MMAs drained at each tile's end, with and without a stand-in epilogue.
