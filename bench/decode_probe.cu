@@ -520,7 +520,7 @@ void report_stream(int sms, int chunks, int reps, const uint8_t* d_w, const uint
   char name[32];
   std::snprintf(name, sizeof name, "%s%s%s%s", kCompute ? "stream+mma" : "stream", kN == 8 ? "/n8" : "",
                 epi ? "+epi" : "", interleave ? "+il" : "");
-  std::printf("%-18s  %3d  %6d  %6d  %5d  %9.1f  %8.2f  %9.1f\n", name, kWGs, kStages, chunks, tile_chunks, ms * 1e3,
+  std::printf("%-20s  %3d  %6d  %6d  %5d  %9.1f  %8.2f  %9.1f\n", name, kWGs, kStages, chunks, tile_chunks, ms * 1e3,
               bytes / (ms * 1e-3) / 1e12, bytes / (ms * 1e-3) / 1e9 / sms);
 }
 
@@ -855,7 +855,7 @@ int main(int argc, char** argv) {
   }
   cudaMemset(d_w, 0x5a, w_bytes);
   cudaMemset(d_act, 0x3c, 64 * 2048);
-  std::printf("\n%-18s  %3s  %6s  %6s  %5s  %9s  %8s  %9s\n", "pipeline", "WGs", "stages", "chunks", "tile", "us",
+  std::printf("\n%-20s  %3s  %6s  %6s  %5s  %9s  %8s  %9s\n", "pipeline", "WGs", "stages", "chunks", "tile", "us",
               "TB/s", "GB/s/SM");
   for (int chunks : {112, long_chunks}) {
     report_stream<4, 4, false>(sms, chunks, reps, d_w, d_act, d_sink);

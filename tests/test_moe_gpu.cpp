@@ -406,8 +406,10 @@ TEST(MoeGpu, EveryCompiledSm90ConfigGivesTheSameBits) {
     auto rng = make_rng(seed);
     // On a 132-SM H200 the default runs both GEMMs narrowed (2 consumers) at T=1, GEMM1 narrowed and
     // GEMM2 not at T=6 (tests/test_config.cpp, NarrowsTheDecodeConfigOnlyForFewTiles), BN16 x 4 at
-    // T=40 and BN32 at T=300.
-    for (int64_t T : {1, 6, 40, 300}) {
+    // T=40 and BN32 at T=300. With every token on the same experts, T = 70 and 76 are tiles of 70
+    // and 76 rows, which reach the narrower wgmma N that the other counts miss (NarrowN: BN80's 72,
+    // BN96's 72 and 80).
+    for (int64_t T : {1, 6, 40, 70, 76, 300}) {
       for (bool same_experts : {false, true}) {
         auto hidden = testing::random_hidden(rng, T, p.hidden_size);
         auto logits = testing::random_logits(rng, T, p.num_experts());

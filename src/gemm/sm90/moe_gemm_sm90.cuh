@@ -16,7 +16,7 @@
 #pragma once
 
 #include <cute/arch/mma_sm90_gmma.hpp>
-#include <cute/arch/mma_sm90_gmma_ext.hpp>  // N = 48, 80
+#include <cute/arch/mma_sm90_gmma_ext.hpp>  // N = 48, 72, 80
 
 #include <cstdint>
 #include <utility>
@@ -84,6 +84,10 @@ struct RsMma<16> {
   using Op = gmma::MMA_64x16x16_F32BF16BF16_RS<gmma::Major::K, gmma::Major::K>;
 };
 template <>
+struct RsMma<32> {
+  using Op = gmma::MMA_64x32x16_F32BF16BF16_RS<gmma::Major::K, gmma::Major::K>;
+};
+template <>
 struct RsMma<48> {
   using Op = gmma::MMA_64x48x16_F32BF16BF16_RS<gmma::Major::K, gmma::Major::K>;
 };
@@ -92,8 +96,8 @@ struct RsMma<64> {
   using Op = gmma::MMA_64x64x16_F32BF16BF16_RS<gmma::Major::K, gmma::Major::K>;
 };
 template <>
-struct RsMma<32> {
-  using Op = gmma::MMA_64x32x16_F32BF16BF16_RS<gmma::Major::K, gmma::Major::K>;
+struct RsMma<72> {
+  using Op = gmma::MMA_64x72x16_F32BF16BF16_RS<gmma::Major::K, gmma::Major::K>;
 };
 template <>
 struct RsMma<80> {
@@ -108,31 +112,23 @@ struct RsMma<128> {
   using Op = gmma::MMA_64x128x16_F32BF16BF16_RS<gmma::Major::K, gmma::Major::K>;
 };
 template <>
-struct RsMma<72> {
-  using Op = gmma::MMA_64x72x16_F32BF16BF16_RS<gmma::Major::K, gmma::Major::K>;
-};
-template <>
 struct RsMma<256> {
   using Op = gmma::MMA_64x256x16_F32BF16BF16_RS<gmma::Major::K, gmma::Major::K>;
 };
 
-// The narrower wgmma N a tile of kN runs when it has few tokens (narrow_n<kN>::a / ::b: a tile of
-// at most a, else at most b tokens; 0: none). m64nNk16's accumulators are the first N / 2 of a
-// wider one's (four per 8 tokens), so a narrower MMA fills a prefix of the same array, with the
+// The narrower wgmma N a tile of kN runs when it has few tokens (NarrowN<kN>::kA / kB: a tile of
+// at most kA, else at most kB tokens; 0: none). m64nNk16's accumulators are the first N / 2 of a
+// wider one's (four per 8 tokens), so a narrower MMA fills a prefix of the same array with the
 // same per-element k16 sequence: the same bits. Beside the decode an MMA costs more the wider it
-// is (fp4moe-decode-probe: the BN16 loop 115 cycles a unit with N = 16, the wide tiles' about
-// max(112 + N, 2N)). Measured against the full N on an H200 (session 14 run 9, session 15 runs
-// 1-2, layer graph replay): BN16 -1.3 to -5.0% at DeepSeek-R1 T = 1-128; BN32 -5.1 to -5.8% at
-// T=512 and -1.8% at T=4096 (its tail tiles); BN48 -1.3 / -3.8% at T=1024; BN80 -0.9 / -1.6% at
-// T=2048, gpt-oss-120b T=2048 -1.1 / -2.8%. With BN128 narrowed too (96 / 112), DeepSeek-R1
-// T=4096 and Qwen3-30B T=2048 (BN128, tail tiles BN32) took +1.2 / +1.2% (run 1: +1.4 / -1.0%)
-// where BN16 and BN32 alone gave -1.8 / -1.7%: BN128 keeps its one N. BN64 (32 / 48) -3.0% at
-// DeepSeek-R1 T=1536, BN96 (72 / 80) -1.6% at T=2560 (run 3).
+// is (fp4moe-decode-probe), and the layer gained 1-6% from every size narrowed here except BN128,
+// which lost at DeepSeek-R1 T=4096 and keeps one N (docs/perf-notes.md, sessions 14-15).
 template <int kN>
-struct narrow_n {
-  static constexpr int a = kN == 16 ? 8 : kN == 32 ? 8 : kN == 48 ? 16 : kN == 64 ? 32 : kN == 80 ? 64
-                         : kN == 96 ? 72 : 0;
-  static constexpr int b = kN == 32 ? 16 : kN == 48 ? 32 : kN == 64 ? 48 : kN == 80 ? 72 : kN == 96 ? 80 : 0;
+struct NarrowN {
+  static constexpr int kA = kN == 16 ? 8 : kN == 32 ? 8 : kN == 48 ? 16 : kN == 64 ? 32 : kN == 80 ? 64
+                          : kN == 96 ? 72 : 0;
+  static constexpr int kB = kN == 32 ? 16 : kN == 48 ? 32 : kN == 64 ? 48 : kN == 80 ? 72 : kN == 96 ? 80 : 0;
+  static_assert(kA % 8 == 0 && kB % 8 == 0 && kA < kN && kB < kN && (kB == 0 || kA < kB),
+                "NarrowN: whole 8-token accumulator groups, narrower than kN, kA below kB");
 };
 
 // scale_d = Zero overwrites the accumulators instead of adding to them: the first MMA of a tile
@@ -183,7 +179,8 @@ struct Sm90Traits {
   // stage" (a tile's first stage), so that the K loop releases unconditionally; nobody waits on it.
   static constexpr int kSmemBytes = kOffBars + (2 * kStages + 1) * 8 + 1024;  // + alignment slack
 
-  // A tile of at most kSmallN tokens runs with wgmma N = kSmallN instead of kBN (0: no second size).
+  // A tile of at most kSmallN tokens runs the K loop of N = kSmallN instead of kBN (0: no second
+  // size), which may narrow its wgmma N further (NarrowN).
   // A config changes speed, never results: the per-element k16 sequence is the same for every N.
   // Every size is one more inlined copy of the K loop, and ptxas serializes all wgmma of a kernel
   // when any copy runs short of registers (C7512): double-buffered BN256 did with 256/64 and with
@@ -280,10 +277,10 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
   // single-buffered). Buffers are indexed with compile-time constants only, so
   // they stay in registers.
   constexpr int kBufs = T::kDoubleBuffer && kN != 64 ? 2 : 1;
-  // A tile with few tokens runs a narrower wgmma (narrow_n; at DeepSeek-R1 T <= 128 under uniform
+  // A tile with few tokens runs a narrower wgmma (NarrowN; at DeepSeek-R1 T <= 128 under uniform
   // routing nearly every BN16 tile has at most 8 tokens and runs m64n8k16). Warpgroup-uniform and
   // fixed over the tile; the branch makes ptxas inject warpgroup arrives (C7519, no serialization).
-  constexpr int kNa = narrow_n<kN>::a, kNb = narrow_n<kN>::b;
+  constexpr int kNa = NarrowN<kN>::kA, kNb = NarrowN<kN>::kB;
   const bool narrow_a = kNa > 0 && tc.rows <= kNa, narrow_b = kNb > 0 && tc.rows <= kNb;
   uint32_t a[kBufs][4][4];
   int prev_stage = T::kStages;  // the sink barrier: no previous stage yet
