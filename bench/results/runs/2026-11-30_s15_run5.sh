@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU run (session 15, run 5): main (the kernels of 105dca3). Where DeepSeek-R1 decode's time goes
 # now that its K loop is faster than the copy floor in the probe (N = 8: 101 cycles a unit, 5.33 TB/s
-# at 1.78 GHz without memory): fp4moe-decode-probe --set pipeline (the loop streaming from memory,
+# at 1.77 GHz without memory): fp4moe-decode-probe --set pipeline (the loop streaming from memory,
 # N = 16 and 8), then the traced build's kernel timeline at DeepSeek-R1 T = 8, 32, 128. Staged on
 # main with FP4MOE_STAGE_PYTHON=0 FP4MOE_STAGE_TRACE=1 scripts/stage-gpu.sh.
 set -u
