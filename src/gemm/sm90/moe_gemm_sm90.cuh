@@ -349,17 +349,10 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
       };
       // (The accumulators beyond a narrower n, uninitialized for such a tile, never reach an output:
       // split-K sums them but the epilogues skip the tokens the tile does not have.)
-      if constexpr (kNa == 0) {
-        mmas(std::integral_constant<int, kN>{});
-      } else if (narrow_a) {
-        mmas(std::integral_constant<int, kNa>{});
-      } else if constexpr (kNb == 0) {
-        mmas(std::integral_constant<int, kN>{});
-      } else if (narrow_b) {
-        mmas(std::integral_constant<int, kNb>{});
-      } else {
-        mmas(std::integral_constant<int, kN>{});
-      }
+      // (narrow_a / narrow_b are constant false where NarrowN has no such N: kN stands in unused.)
+      if (narrow_a) mmas(std::integral_constant<int, (kNa > 0 ? kNa : kN)>{});
+      else if (narrow_b) mmas(std::integral_constant<int, (kNb > 0 ? kNb : kN)>{});
+      else mmas(std::integral_constant<int, kN>{});
       cute::warpgroup_commit_batch();
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
