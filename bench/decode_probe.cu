@@ -292,15 +292,10 @@ __global__ void __launch_bounds__(kWGs * 128, 1)
                   j == 0 && i == 0 ? gmma::ScaleOut::Zero : gmma::ScaleOut::One, std::make_index_sequence<kAcc>{});
           });
         }
-      } else {
-        decode(a[buf], slot);
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-          asm volatile("" : "+r"(a[buf][j][0]), "+r"(a[buf][j][1]), "+r"(a[buf][j][2]), "+r"(a[buf][j][3]));
+        return;
       }
-      return;
     }
-    if constexpr (decode_only(kMode)) {
+    if constexpr (decode_only(kMode) || mixed_mode(kMode)) {  // (the mixed modes' decode half)
       decode(a[buf], slot);
 #pragma unroll
       for (int j = 0; j < 4; ++j)
