@@ -153,18 +153,6 @@ __global__ void check_fma_decode(int n, unsigned int* bad) {
   }
 }
 
-__device__ __forceinline__ void fence_fragments(uint32_t (&f)[4][4]) {
-#pragma unroll
-  for (int j = 0; j < 4; ++j)
-#pragma unroll
-    for (int q = 0; q < 4; ++q) cute::warpgroup_fence_operand(f[j][q]);
-}
-template <int kAcc>
-__device__ __forceinline__ void fence_accumulators(float (&acc)[kAcc]) {
-#pragma unroll
-  for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
-}
-
 // One batch of MMAs on `acc` (issued by `issue`) behind a warpgroup fence, committed; then the
 // previous batch waited for.
 template <int kAcc, class Issue>

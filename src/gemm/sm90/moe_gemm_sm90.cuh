@@ -140,6 +140,20 @@ __device__ __forceinline__ void mma_rs(const uint32_t (&a)[4], uint64_t desc_b, 
   Op::fma(a[0], a[1], a[2], a[3], desc_b, d[I]..., scale_d);
 }
 
+// Warpgroup fences on a chunk's A fragments (four k16 steps) and on the accumulators: ordinary
+// instructions touching them stay on their side of the wgmma that read or write them.
+__device__ __forceinline__ void fence_fragments(uint32_t (&f)[4][4]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+#pragma unroll
+    for (int q = 0; q < 4; ++q) cute::warpgroup_fence_operand(f[j][q]);
+}
+template <int kAcc>
+__device__ __forceinline__ void fence_accumulators(float (&acc)[kAcc]) {
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
+}
+
 template <int kBN_, int kConsumers_, int kStages_, int kCtasPerSm_, bool kGemm1_, bool kDoubleBuffer_ = false,
           int kChunks_ = 1>
 struct Sm90Traits {
@@ -284,12 +298,6 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
   const bool narrow_a = kNa > 0 && tc.rows <= kNa, narrow_b = kNb > 0 && tc.rows <= kNb;
   uint32_t a[kBufs][4][4];
   int prev_stage = T::kStages;  // the sink barrier: no previous stage yet
-  auto fence_fragments = [&](uint32_t(&frag)[4][4]) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) cute::warpgroup_fence_operand(frag[j][q]);
-  };
   // Per-thread addresses and the stage-0 descriptor, computed once: inside the K loop only the stage
   // offset changes (the loop is issue-bound in decode, every instruction counts).
   // (opaque_u32: ptxas would otherwise recompute them from the thread index in every iteration.)
@@ -329,8 +337,7 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
       for (int j = 0; j < 4; ++j)
         decode_k16(words[j], layout::scale_pair_bits(j < 2 ? sc.x : sc.y, j, x.scale_codec), a[buf][j]);
       fence_fragments(a[buf]);
-#pragma unroll
-      for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
+      fence_accumulators(acc);
       cute::warpgroup_arrive();
       // The descriptor's start-address field (bits 0-13: address >> 4) of slot s, k16 step j is the
       // slot-0 field plus (s * kBTileBytes + 32 j) >> 4; shared memory is below 2^18 bytes, so the
@@ -354,8 +361,7 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
       else if (narrow_b) mmas(std::integral_constant<int, (kNb > 0 ? kNb : kN)>{});
       else mmas(std::integral_constant<int, kN>{});
       cute::warpgroup_commit_batch();
-#pragma unroll
-      for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
+      fence_accumulators(acc);
       if constexpr (kBufs == 2) {
         cute::warpgroup_wait<1>();    // the previous chunk's MMAs are done ...
         fence_fragments(a[buf ^ 1]);  // ... so its fragments may be overwritten next
@@ -421,8 +427,7 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
   cute::warpgroup_wait<0>();
 #pragma unroll
   for (int b = 0; b < kBufs; ++b) fence_fragments(a[b]);
-#pragma unroll
-  for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
+  fence_accumulators(acc);
   release_stage(&x.empty[prev_stage]);
   FP4MOE_TRACE_ONLY(if (x.tid == 0) x.trace_acc[1] += (unsigned long long)(clock64() - k_loop_from);)
   if (!active) return;
