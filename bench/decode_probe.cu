@@ -40,7 +40,8 @@
 // into tiles of 112 or 32 chunks, drained at each end ("+epi": and a stand-in epilogue). A
 // diagnostic for choosing what to change in the kernels; the product's speed is fp4moe-bench's.
 //
-//   fp4moe-decode-probe [--iters N] [--reps N]
+//   fp4moe-decode-probe [--iters N] [--reps N] [--set S] [--fill const|random]
+// (--fill: the pipeline's buffers, one repeated byte by default or varied bits; see fill_weights_random)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -450,6 +451,30 @@ __global__ void __launch_bounds__((kWGs + 1) * 128, 1)
   sink[blockIdx.x * blockDim.x + threadIdx.x] = x;
 }
 
+// --fill random: the stream probe's buffers hold varied bits instead of one repeated byte, as real
+// checkpoints and activations do (the DRAM's and the tensor cores' power depend on how the bits
+// toggle, the decode's work does not). Weights: random codes, scale codes of e4m3 exponents near 1
+// (bytes 0x30..0x4f, no NaN); token tiles: finite bf16 of magnitude 2^-7..2^7.
+__device__ __forceinline__ uint32_t mix32(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  return uint32_t(x ^ (x >> 33));
+}
+__global__ void fill_weights_random(uint8_t* w, size_t bytes) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < bytes; i += size_t(gridDim.x) * blockDim.x) {
+    const uint32_t h = mix32(i);
+    w[i] = i % layout::kUnitBytes < size_t(layout::kUnitCodeBytes) ? uint8_t(h) : uint8_t(0x30 + (h & 0x1f));
+  }
+}
+__global__ void fill_act_random(uint16_t* a, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const uint32_t h = mix32(i + (1ull << 40));
+    a[i] = uint16_t((h & 0x8000u) | ((120u + (h >> 16) % 15u) << 7) | (h & 0x7fu));
+  }
+}
+
 // Runs `launch` reps + 2 times (two warm-ups first), each between two events, and hands each timed
 // launch's milliseconds to `after`. A failed launch ends the program with its error and `what`.
 template <class Launch, class After>
@@ -648,6 +673,7 @@ int main(int argc, char** argv) {
   using namespace fp4moe::sm90::probe;
   int iters = 20000, reps = 5;
   std::string set = "all";
+  bool fill_random = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> int {
@@ -670,10 +696,12 @@ int main(int argc, char** argv) {
                                              std::string(argv[i + 1]) == "overlap" ||
                                              std::string(argv[i + 1]) == "pipeline"))
       set = argv[++i];
+    else if (a == "--fill" && i + 1 < argc && (std::string(argv[i + 1]) == "const" || std::string(argv[i + 1]) == "random"))
+      fill_random = std::string(argv[++i]) == "random";
     else {
       std::fprintf(stderr,
                    "usage: fp4moe-decode-probe [--iters N (rounded up to even)] [--reps N] "
-                   "[--set all|decode|wide|layout|overlap|pipeline]\n");
+                   "[--set all|decode|wide|layout|overlap|pipeline] [--fill const|random]\n");
       return 2;
     }
   }
@@ -838,6 +866,15 @@ int main(int argc, char** argv) {
   }
   cudaMemset(d_w, 0x5a, w_bytes);
   cudaMemset(d_act, 0x3c, 64 * 2048);
+  if (fill_random) {
+    fill_weights_random<<<sms * 8, 256>>>(d_w, w_bytes);
+    fill_act_random<<<64, 256>>>(reinterpret_cast<uint16_t*>(d_act), 64 * 2048 / 2);
+    if (cudaDeviceSynchronize() != cudaSuccess) {
+      std::fprintf(stderr, "error: --fill random: %s\n", cudaGetErrorString(cudaGetLastError()));
+      return 1;
+    }
+  }
+  std::printf("\nstream buffers: %s\n", fill_random ? "random (--fill random)" : "one repeated byte (--fill const)");
   std::printf("\n%-20s  %3s  %6s  %6s  %5s  %9s  %8s  %9s\n", "pipeline", "WGs", "stages", "chunks", "tile", "us",
               "TB/s", "GB/s/SM");
   for (int chunks : {112, long_chunks}) {
