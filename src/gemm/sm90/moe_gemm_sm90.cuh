@@ -353,6 +353,7 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
           mma_rs<typename RsMma<n>::Op>(a[buf][j], desc + uint64_t(2 * j), acc_n,
                                         (j == 0 && first) ? gmma::ScaleOut::Zero : gmma::ScaleOut::One,
                                         std::make_index_sequence<n / 2>{});
+        cute::warpgroup_commit_batch();
       };
       // (The accumulators beyond a narrower n, uninitialized for such a tile, never reach an output:
       // split-K sums them but the epilogues skip the tokens the tile does not have.)
@@ -360,7 +361,6 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
       if (narrow_a) mmas(std::integral_constant<int, (kNa > 0 ? kNa : kN)>{});
       else if (narrow_b) mmas(std::integral_constant<int, (kNb > 0 ? kNb : kN)>{});
       else mmas(std::integral_constant<int, kN>{});
-      cute::warpgroup_commit_batch();
       fence_accumulators(acc);
       if constexpr (kBufs == 2) {
         cute::warpgroup_wait<1>();    // the previous chunk's MMAs are done ...
