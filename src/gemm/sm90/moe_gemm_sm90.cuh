@@ -174,6 +174,11 @@ struct Sm90Traits {
   // other kernels do not compile its code (in the 4-consumer BN96 GEMM1 it cost 5 SASS instructions
   // per K chunk through register allocation).
   static constexpr bool kOverlaps = kBN == 16;
+  // Keeps the plan's per-expert counts and first rows in shared memory beside tile_start (three
+  // tables of kMaxLocalExperts + 1 words), so that a tile's lookup (find_tile_shared) waits for no
+  // global load: GEMM2's 16-token tiles only, which are short at decode (32 K chunks at DeepSeek-R1),
+  // so that each tile's setup is a visible share of their time. (GEMM1's tiles are 3.5x longer.)
+  static constexpr bool kSharedTileTables = kBN == 16 && !kGemm1;
 
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kAccRegs = kBN / 2;              // m64 x BN fp32 over 128 threads
@@ -187,8 +192,10 @@ struct Sm90Traits {
   static constexpr int kOffW = kOffB + kSlots * kBTileBytes;  // [kSlots][kConsumers][2304]
   static constexpr int kOffStaging = kOffW + kSlots * kWeightStageBytes;
   static constexpr int kOffRowWeight = kOffStaging + kConsumers * kStagingBytes;  // [kConsumers][kBN] fp32
-  static constexpr int kOffTileStart = kOffRowWeight + kConsumers * kBN * 4;  // int32 [kMaxLocalExperts + 1]
-  static constexpr int kOffBars = kOffTileStart + ((kMaxLocalExperts + 1) * 4 + 15) / 16 * 16;
+  // int32 [kMaxLocalExperts + 1]: tile_start; with kSharedTileTables, then counts and seg_start
+  static constexpr int kOffTileStart = kOffRowWeight + kConsumers * kBN * 4;
+  static constexpr int kOffBars =
+      kOffTileStart + ((kSharedTileTables ? 3 : 1) * (kMaxLocalExperts + 1) * 4 + 15) / 16 * 16;
   // full[kStages], empty[kStages], then one sink barrier that takes the releases of "no previous
   // stage" (a tile's first stage), so that the K loop releases unconditionally; nobody waits on it.
   static constexpr int kSmemBytes = kOffBars + (2 * kStages + 1) * 8 + 1024;  // + alignment slack
@@ -245,6 +252,17 @@ __device__ __forceinline__ void decode_k16(uint32_t w, uint32_t s_pair, uint32_t
 template <class T>
 __device__ __forceinline__ int tile_bucket(int rows) {
   return T::kSmallN > 0 && rows <= T::kSmallN ? T::kSmallN : T::kBN;
+}
+
+// find_tile from the shared-memory copies of the plan's tables (Sm90Traits::kSharedTileTables):
+// tables holds tile_start, counts and seg_start, kMaxLocalExperts + 1 words each. (No tail launch:
+// those run 32-token tiles.)
+__device__ __forceinline__ TileCoord find_tile_shared(const MoeGemmParams& p, const int32_t* tables, int64_t tile) {
+  if (tile >= tables[p.num_local_experts]) return {-1, 0, 0};
+  const int e = tile_expert(p, tables, tile);
+  const int32_t within = int32_t(tile - tables[e]);
+  const int32_t rows = tables[kMaxLocalExperts + 1 + e] - within * p.tile_tokens;
+  return {e, tables[2 * (kMaxLocalExperts + 1) + e] + within * p.tile_tokens, rows < p.tile_tokens ? rows : p.tile_tokens};
 }
 
 // Shared-memory pipeline position, carried across tiles.
@@ -708,6 +726,13 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
     }
     const int32_t* plan_tiles = T::kRunsTails && p.tail_of > 0 ? p.ws.tail_start : p.ws.tile_start;
     for (int i = threadIdx.x; i <= p.num_local_experts; i += blockDim.x) tile_start[i] = __ldcg(&plan_tiles[i]);
+    if constexpr (T::kSharedTileTables) {
+      static_assert(!T::kRunsTails, "find_tile_shared has no tail launch");
+      for (int i = threadIdx.x; i < p.num_local_experts; i += blockDim.x) {
+        tile_start[kMaxLocalExperts + 1 + i] = __ldcg(&p.ws.counts[i]);
+        tile_start[2 * (kMaxLocalExperts + 1) + i] = __ldcg(&p.ws.seg_start[i]);
+      }
+    }
   }
   __syncthreads();
   if constexpr (T::kGemm1 && T::kOverlaps && !kDirect) {
@@ -726,6 +751,10 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   const int split = T::kBN == 16 ? (T::kGemm1 ? p.split_k1 : p.split_k2) : 1;
   const int64_t num_work = num_tiles * split;
   auto k_begin = [&](int64_t r) { return r * k_units / split; };
+  // GEMM2 skips those divisions when unsplit (every default forward): at decode its tiles are short
+  // (32 K chunks at DeepSeek-R1) and a tile's setup a visible share. (In GEMM1 the branch cost its
+  // BN16 K loop an instruction: it keeps the divisions.)
+  const bool unsplit = !T::kGemm1 && split == 1;
 
   if (wg == 0) {
     // ---- Producer --------------------------------------------------------------------------------
@@ -738,11 +767,12 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
     PipeState ps;
     int32_t ready_tile = -1;  // GEMM2 with overlap: the token tile whose intermediate rows are in
     for (int64_t w = blockIdx.x; w < num_work; w += gridDim.x) {
-      const int64_t t = w / split;
-      const int64_t k0 = k_begin(w % split), k1 = k_begin(w % split + 1);
+      const int64_t t = unsplit ? w : w / split;
+      const int64_t k0 = unsplit ? 0 : k_begin(w % split), k1 = unsplit ? k_units : k_begin(w % split + 1);
       const int32_t token_tile = int32_t(t / m_blocks);
-      const TileCoord tc =
-          kDirect ? direct_tile(tile_start, token_tile) : find_tile<T::kRunsTails>(p, tile_start, token_tile);
+      const TileCoord tc = kDirect                  ? direct_tile(tile_start, token_tile)
+                           : T::kSharedTileTables ? find_tile_shared(p, tile_start, token_tile)
+                                                  : find_tile<T::kRunsTails>(p, tile_start, token_tile);
       if constexpr (!T::kGemm1) {
         if (T::kOverlaps && p.overlap && token_tile != ready_tile) {
           ready_tile = token_tile;
@@ -822,13 +852,15 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
                     if (tid == 0) x.trace_acc[0] = x.trace_acc[1] = 0;)
   PipeState ps;
   for (int64_t w = blockIdx.x; w < num_work; w += gridDim.x) {
-    const int64_t t = w / split;
+    const int64_t t = unsplit ? w : w / split;
     x.tile = t;
-    x.split_index = int(w % split);
-    x.k_units = __shfl_sync(0xffffffffu, int(k_begin(x.split_index + 1) - k_begin(x.split_index)), 0);
+    x.split_index = unsplit ? 0 : int(w % split);
+    x.k_units = __shfl_sync(0xffffffffu,
+                            unsplit ? int(k_units) : int(k_begin(x.split_index + 1) - k_begin(x.split_index)), 0);
     x.token_tile = int(t / m_blocks);
-    TileCoord tc =
-        kDirect ? direct_tile(tile_start, x.token_tile) : find_tile<T::kRunsTails>(p, tile_start, x.token_tile);
+    TileCoord tc = kDirect                  ? direct_tile(tile_start, x.token_tile)
+                   : T::kSharedTileTables ? find_tile_shared(p, tile_start, x.token_tile)
+                                          : find_tile<T::kRunsTails>(p, tile_start, x.token_tile);
     tc.rows = __shfl_sync(0xffffffffu, tc.rows, 0);
     const int mu = int(t % m_blocks) * T::kConsumers + x.c;
     const bool active = __shfl_sync(0xffffffffu, int(mu < m_units), 0) != 0;
