@@ -673,7 +673,7 @@ int main(int argc, char** argv) {
   using namespace fp4moe::sm90::probe;
   int iters = 20000, reps = 5;
   std::string set = "all";
-  bool fill_random = false;
+  bool fill_random = false, fill_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> int {
@@ -697,13 +697,17 @@ int main(int argc, char** argv) {
                                              std::string(argv[i + 1]) == "pipeline"))
       set = argv[++i];
     else if (a == "--fill" && i + 1 < argc && (std::string(argv[i + 1]) == "const" || std::string(argv[i + 1]) == "random"))
-      fill_random = std::string(argv[++i]) == "random";
+      fill_random = std::string(argv[++i]) == "random", fill_given = true;
     else {
       std::fprintf(stderr,
                    "usage: fp4moe-decode-probe [--iters N (rounded up to even)] [--reps N] "
                    "[--set all|decode|wide|layout|overlap|pipeline] [--fill const|random]\n");
       return 2;
     }
+  }
+  if (fill_given && set != "all" && set != "pipeline") {
+    std::fprintf(stderr, "error: --fill sets the pipeline probe's buffers; --set %s runs no pipeline\n", set.c_str());
+    return 2;
   }
   cudaDeviceProp prop{};
   if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess || prop.major != 9) {
