@@ -10,8 +10,9 @@
 // --warmup-ms milliseconds, at most 200 ms under --tune; inputs rotated over more than 3x L2),
 // effective TB/s over the bytes of the experts the routing touched, TFLOP/s, and the ratio to the
 // floor = max(touched expert bytes / copy bandwidth, FLOPs / sustained matmul rate). --check
-// compares a sample of tokens with the fp64 reference. Without a GPU it says so and runs the CPU
-// reference on a scaled-down preset instead.
+// compares a sample of tokens with the fp64 reference. --clocks samples the SM clock and board power
+// (NVML, tools/gpu_clocks.h) over each token count's timed launches. Without a GPU it says so and
+// runs the CPU reference on a scaled-down preset instead.
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -35,6 +36,7 @@
 #include "reference/moe_reference.h"
 #include "src/gemm/sm90/tune.h"
 #include "src/moe/workspace.h"
+#include "tools/gpu_clocks.h"
 #include "tools/routing_file.h"
 
 #include <cublas_v2.h>
@@ -70,6 +72,7 @@ struct Options {
   bool direct_gemm1 = true;     // --no-direct-gemm1: LayerOptions::direct_gemm1 off
   std::string dump_routing;     // --dump-routing DIR: each token count's routing for bench/peers_torch.py
   bool trace = false;           // --trace: each kernel's timeline in one graph replay (FP4MOE_TRACE builds)
+  bool clocks = false;          // --clocks: the SM clock and power over each timing loop (NVML, tools/gpu_clocks.h)
   std::string argv;
 };
 
@@ -82,7 +85,7 @@ struct Options {
                "                    [--tune FILE [--tune-only NAME,NAME]] [--tune-file FILE]\n"
                "                    [--checkpoint DIR [--layer L]]\n"
                "                    [--split-k] [--no-tail-tiles] [--no-gemm-overlap] [--no-direct-gemm1] [--verbose]\n"
-               "                    [--dump-routing DIR] [--trace]\n",
+               "                    [--dump-routing DIR] [--trace] [--clocks]\n",
                msg);
   std::exit(2);
 }
@@ -143,6 +146,7 @@ Options parse(int argc, char** argv) {
       else usage(("--routing = '" + r + "' is not one of: model, random").c_str());
     }
     else if (a == "--verbose") o.verbose = true;
+    else if (a == "--clocks") o.clocks = true;
     else if (a == "--trace") {
 #if FP4MOE_TRACE
       o.trace = true;
@@ -313,6 +317,8 @@ struct Row {
   double check_error = -1;
   bool check_pass = true;
   KernelInfo kernel;
+  // --clocks: the SM clock and board power sampled over the timed launches (after the warm-up)
+  bench::ClockStats stream_clocks, graph_clocks;
   // --trace: per kernel of src/common/trace.h, in us from the first traced kernel's start: first
   // start, first and last return from its griddepcontrol.wait (-1 where none waited), last end, last
   // start, first end; -1 everywhere for a kernel that did not run.
@@ -391,8 +397,9 @@ double check_against_reference(const MoeProblem& p, uint64_t seed, const HostMoe
   return normalized_error(out, ref_out);
 }
 
+// clocks: with --clocks, the sampler of the device (nullptr otherwise, or where NVML is unavailable)
 Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, int64_t T, size_t l2_bytes,
-               const HostMoeWeights* loaded = nullptr) {
+               const HostMoeWeights* loaded = nullptr, bench::ClockSampler* clocks = nullptr) {
   const MoeProblem& p = layer.problem();
   Row row;
   row.tokens = T;
@@ -501,7 +508,7 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
   cudaEvent_t e0, e1;
   CHECK_CUDA(cudaEventCreate(&e0));
   CHECK_CUDA(cudaEventCreate(&e1));
-  auto time_it = [&](auto&& launch) {
+  auto time_it = [&](auto&& launch, bench::ClockStats* clock_stats) {
     // At least o.warmup launches and o.warmup_ms of wall time (synchronizing every 16 launches, so
     // that the GPU has been busy for about that long), as the sustained matmul ceiling is measured.
     const auto t0 = std::chrono::steady_clock::now();
@@ -513,6 +520,7 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
       if (i % 16 == 15) CHECK_CUDA(cudaStreamSynchronize(stream));
     }
     std::vector<double> ms;
+    if (clocks) clocks->start();
     for (int i = 0; i < o.iters; ++i) {
       CHECK_CUDA(cudaEventRecord(e0, stream));
       launch(i % num_sets);
@@ -522,9 +530,11 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
       CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
       ms.push_back(t);
     }
+    if (clocks) *clock_stats = clocks->stop();
     return median(ms);
   };
-  row.stream_ms = time_it([&](int s) { CHECK_OK(layer.forward(args(s), ws, layer.workspace_bytes(), stream)); });
+  row.stream_ms = time_it([&](int s) { CHECK_OK(layer.forward(args(s), ws, layer.workspace_bytes(), stream)); },
+                          &row.stream_clocks);
   std::vector<cudaGraphExec_t> graphs(num_sets);
   for (int s = 0; s < num_sets; ++s) {
     cudaGraph_t g;
@@ -534,7 +544,7 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
     CHECK_CUDA(cudaGraphInstantiate(&graphs[s], g, 0));
     CHECK_CUDA(cudaGraphDestroy(g));
   }
-  row.graph_ms = time_it([&](int s) { CHECK_CUDA(cudaGraphLaunch(graphs[s], stream)); });
+  row.graph_ms = time_it([&](int s) { CHECK_CUDA(cudaGraphLaunch(graphs[s], stream)); }, &row.graph_clocks);
   CHECK_OK(layer.check_device_errors(ws, stream));
 #if FP4MOE_TRACE
   if (o.trace) {
@@ -628,6 +638,12 @@ void write_json(const Options& o, const MoeProblem& p, const char* gpu, const Ce
       << ", \"check_pass\": " << (r.check_pass ? "true" : "false") << ", \"kernel_path\": \""
       << to_string(r.kernel.path) << "\", \"gemm1\": \"" << r.kernel.gemm1 << "\", \"gemm2\": \"" << r.kernel.gemm2
       << "\", \"regime\": \"" << r.kernel.regime << "\"";
+    if (r.graph_clocks.samples > 0) {
+      f << ", \"clocks\": {\"samples\": " << r.graph_clocks.samples << ", \"graph_sm_mhz_mean\": "
+        << r.graph_clocks.sm_mhz_mean << ", \"graph_sm_mhz_min\": " << r.graph_clocks.sm_mhz_min
+        << ", \"graph_sm_mhz_max\": " << r.graph_clocks.sm_mhz_max << ", \"graph_power_w\": "
+        << r.graph_clocks.power_w_mean << ", \"stream_sm_mhz_mean\": " << r.stream_clocks.sm_mhz_mean << "}";
+    }
     if (!r.trace.empty()) {
       f << ", \"trace_us\": {";
       bool first = true;
@@ -739,6 +755,16 @@ int main(int argc, char** argv) {
   std::printf("ceilings: copy %.2f TB/s (read+write), bf16 matmul %.0f TFLOP/s sustained (cuBLAS 8192^3; %.0f in "
               "a burst from idle)\n",
               ceil.copy_tbps, ceil.bf16_tflops, ceil.bf16_burst_tflops);
+  std::unique_ptr<bench::ClockSampler> clocks;
+  if (o.clocks) {
+    char bus[32] = "";
+    CHECK_CUDA(cudaDeviceGetPCIBusId(bus, sizeof bus, 0));
+    clocks = std::make_unique<bench::ClockSampler>(bus, 1);
+    if (!clocks->ok()) {
+      std::fprintf(stderr, "error: --clocks: %s (NVML comes with the NVIDIA driver)\n", clocks->why_not().c_str());
+      return 2;
+    }
+  }
   LayerOptions lo;
   lo.path = o.path;
   lo.tune_file = o.tune_file;
@@ -801,7 +827,7 @@ int main(int argc, char** argv) {
   std::printf("\n%7s %7s %11s %11s %10s %8s %9s %9s %s\n", "tokens", "experts", "stream_ms", "graph_ms", "floor_ms",
               "x_floor", "TB/s", "TFLOP/s", o.check ? "check(rel_err)" : "");
   for (int64_t T : o.tokens) {
-    Row r = run_tokens(*layer, o, ceil, T, size_t(prop.l2CacheSize), host);
+    Row r = run_tokens(*layer, o, ceil, T, size_t(prop.l2CacheSize), host, clocks.get());
     all_pass &= r.check_pass;
     char check[64] = "";
     if (o.check) std::snprintf(check, sizeof check, "%s (%.2e)", r.check_pass ? "pass" : "FAIL", r.check_error);
@@ -811,6 +837,11 @@ int main(int argc, char** argv) {
     if (o.verbose)
       std::printf("        path %s | %s | %s | %s\n", to_string(r.kernel.path), r.kernel.regime.c_str(),
                   r.kernel.gemm1.c_str(), r.kernel.gemm2.c_str());
+    if (clocks)
+      std::printf("        clocks: graph replay SM %.0f MHz (min %.0f, max %.0f), %.0f W; stream SM %.0f MHz; "
+                  "%d samples\n",
+                  r.graph_clocks.sm_mhz_mean, r.graph_clocks.sm_mhz_min, r.graph_clocks.sm_mhz_max,
+                  r.graph_clocks.power_w_mean, r.stream_clocks.sm_mhz_mean, r.graph_clocks.samples);
 #if FP4MOE_TRACE
     if (o.trace) {
       std::printf("        trace (us from the first kernel's start; first..last CTA start, return from the PDL "
