@@ -262,7 +262,8 @@ __device__ __forceinline__ TileCoord find_tile_shared(const MoeGemmParams& p, co
   const int e = tile_expert(p, tables, tile);
   const int32_t within = int32_t(tile - tables[e]);
   const int32_t rows = tables[kMaxLocalExperts + 1 + e] - within * p.tile_tokens;
-  return {e, tables[2 * (kMaxLocalExperts + 1) + e] + within * p.tile_tokens, rows < p.tile_tokens ? rows : p.tile_tokens};
+  const int32_t row0 = tables[2 * (kMaxLocalExperts + 1) + e] + within * p.tile_tokens;
+  return {e, row0, rows < p.tile_tokens ? rows : p.tile_tokens};
 }
 
 // Shared-memory pipeline position, carried across tiles.
