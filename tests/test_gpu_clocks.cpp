@@ -1,36 +1,65 @@
-// tools/gpu_clocks.h: the statistics fp4moe-bench --clocks reports, and the sampler's behaviour
-// where NVML cannot be used (as on the CI machines, which have no NVIDIA driver).
+// tools/gpu_clocks.h: the statistics fp4moe-bench --clocks reports, and the sampler against a stub NVML
+// (tests/fake_nvml.cpp: one GPU, 1755 MHz, 700 W) and where NVML cannot be used.
 #include "tools/gpu_clocks.h"
 
 #include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#ifndef FP4MOE_FAKE_NVML
+#error "FP4MOE_FAKE_NVML: the path of the stub library (tests/CMakeLists.txt)"
+#endif
 
 namespace fp4moe::bench {
 namespace {
 
 TEST(GpuClocks, StatsOfSamples) {
-  const ClockStats s = clock_stats({1755, 1980, 1410, 1755}, {650000, 700000});
+  const ClockStats s = clock_stats({1755, 1980, 1410, 1755}, 1400.0, 2.0);
   EXPECT_EQ(s.samples, 4);
   EXPECT_DOUBLE_EQ(s.sm_mhz_mean, (1755.0 + 1980 + 1410 + 1755) / 4);
   EXPECT_DOUBLE_EQ(s.sm_mhz_min, 1410);
   EXPECT_DOUBLE_EQ(s.sm_mhz_max, 1980);
-  EXPECT_DOUBLE_EQ(s.power_w_mean, 675);
+  EXPECT_DOUBLE_EQ(s.power_w, 0.7);  // 1400 mJ over 2 s
 }
 
-TEST(GpuClocks, NoSamplesIsEmpty) {
-  const ClockStats s = clock_stats({}, {});
+TEST(GpuClocks, NoSamplesNoEnergy) {
+  const ClockStats s = clock_stats({}, -1.0, 1.0);
   EXPECT_EQ(s.samples, 0);
   EXPECT_EQ(s.sm_mhz_mean, 0);
-  EXPECT_EQ(s.power_w_mean, 0);
+  EXPECT_LT(s.power_w, 0);
 }
 
-TEST(GpuClocks, SamplerWithoutDeviceSaysWhy) {
-  // A PCI bus id no GPU has: either NVML is missing or it has no such device; never ok, always a reason,
-  // and start/stop sample nothing.
-  ClockSampler sampler("FFFF:FF:1F.7", 1);
-  EXPECT_FALSE(sampler.ok());
-  EXPECT_FALSE(sampler.why_not().empty());
+TEST(GpuClocks, SamplesTheStub) {
+  ClockSampler sampler("0000:3B:00.0", 1, FP4MOE_FAKE_NVML);
+  ASSERT_TRUE(sampler.ok()) << sampler.why_not();
+  EXPECT_EQ(sampler.stop().samples, 0);  // not started
   sampler.start();
-  EXPECT_EQ(sampler.stop().samples, 0);
+  sampler.start();  // a second start while running does nothing
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  const ClockStats s = sampler.stop();
+  EXPECT_GE(s.samples, 2);
+  EXPECT_DOUBLE_EQ(s.sm_mhz_mean, 1755);
+  EXPECT_DOUBLE_EQ(s.sm_mhz_min, 1755);
+  EXPECT_DOUBLE_EQ(s.sm_mhz_max, 1755);
+  EXPECT_NEAR(s.power_w, 700, 35);
+  EXPECT_EQ(sampler.stop().samples, 0);  // stopped twice
+  sampler.start();                       // and again: an interval as short as the thread allows
+  EXPECT_GE(sampler.stop().samples, 1);
+}
+
+TEST(GpuClocks, SaysWhyItCannot) {
+  ClockSampler no_device("0000:01:00.0", 1, FP4MOE_FAKE_NVML);
+  EXPECT_FALSE(no_device.ok());
+  EXPECT_NE(no_device.why_not().find("no device at PCI bus 0000:01:00.0"), std::string::npos) << no_device.why_not();
+  no_device.start();
+  EXPECT_EQ(no_device.stop().samples, 0);
+  ClockSampler no_library("0000:3B:00.0", 1, "libfp4moe-no-such-library.so");
+  EXPECT_FALSE(no_library.ok());
+  EXPECT_NE(no_library.why_not().find("cannot open libfp4moe-no-such-library.so"), std::string::npos);
+  ClockSampler not_nvml("0000:3B:00.0", 1, "libm.so.6");
+  EXPECT_FALSE(not_nvml.ok());
+  EXPECT_NE(not_nvml.why_not().find("lacks"), std::string::npos) << not_nvml.why_not();
 }
 
 }  // namespace

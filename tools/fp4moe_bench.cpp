@@ -10,8 +10,8 @@
 // --warmup-ms milliseconds, at most 200 ms under --tune; inputs rotated over more than 3x L2),
 // effective TB/s over the bytes of the experts the routing touched, TFLOP/s, and the ratio to the
 // floor = max(touched expert bytes / copy bandwidth, FLOPs / sustained matmul rate). --check
-// compares a sample of tokens with the fp64 reference. --clocks samples the SM clock and board power
-// (NVML, tools/gpu_clocks.h) over each token count's timed launches. Without a GPU it says so and
+// compares a sample of tokens with the fp64 reference. --clocks reads the SM clock and the board's
+// energy (NVML, tools/gpu_clocks.h) over each token count's timed launches. Without a GPU it says so and
 // runs the CPU reference on a scaled-down preset instead.
 #include <algorithm>
 #include <array>
@@ -397,7 +397,7 @@ double check_against_reference(const MoeProblem& p, uint64_t seed, const HostMoe
   return normalized_error(out, ref_out);
 }
 
-// clocks: with --clocks, the sampler of the device (nullptr otherwise, or where NVML is unavailable)
+// clocks: with --clocks, the device's sampler (main stops where NVML cannot be used); nullptr otherwise
 Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, int64_t T, size_t l2_bytes,
                const HostMoeWeights* loaded = nullptr, bench::ClockSampler* clocks = nullptr) {
   const MoeProblem& p = layer.problem();
@@ -638,11 +638,16 @@ void write_json(const Options& o, const MoeProblem& p, const char* gpu, const Ce
       << ", \"check_pass\": " << (r.check_pass ? "true" : "false") << ", \"kernel_path\": \""
       << to_string(r.kernel.path) << "\", \"gemm1\": \"" << r.kernel.gemm1 << "\", \"gemm2\": \"" << r.kernel.gemm2
       << "\", \"regime\": \"" << r.kernel.regime << "\"";
-    if (r.graph_clocks.samples > 0) {
-      f << ", \"clocks\": {\"samples\": " << r.graph_clocks.samples << ", \"graph_sm_mhz_mean\": "
-        << r.graph_clocks.sm_mhz_mean << ", \"graph_sm_mhz_min\": " << r.graph_clocks.sm_mhz_min
-        << ", \"graph_sm_mhz_max\": " << r.graph_clocks.sm_mhz_max << ", \"graph_power_w\": "
-        << r.graph_clocks.power_w_mean << ", \"stream_sm_mhz_mean\": " << r.stream_clocks.sm_mhz_mean << "}";
+    if (o.clocks) {  // (absent figures are null: no clock read or no energy counter)
+      auto num = [&](bool have, double v) { return have ? std::to_string(v) : std::string("null"); };
+      const bench::ClockStats& g = r.graph_clocks;
+      const bench::ClockStats& st = r.stream_clocks;
+      f << ", \"clocks\": {\"graph_samples\": " << g.samples << ", \"graph_sm_mhz_mean\": "
+        << num(g.samples > 0, g.sm_mhz_mean) << ", \"graph_sm_mhz_min\": " << num(g.samples > 0, g.sm_mhz_min)
+        << ", \"graph_sm_mhz_max\": " << num(g.samples > 0, g.sm_mhz_max)
+        << ", \"graph_power_w\": " << num(g.power_w >= 0, g.power_w) << ", \"stream_samples\": " << st.samples
+        << ", \"stream_sm_mhz_mean\": " << num(st.samples > 0, st.sm_mhz_mean)
+        << ", \"stream_power_w\": " << num(st.power_w >= 0, st.power_w) << "}";
     }
     if (!r.trace.empty()) {
       f << ", \"trace_us\": {";
@@ -733,8 +738,14 @@ int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   int num_devices = 0;
   const cudaError_t err = cudaGetDeviceCount(&num_devices);
-  if (err != cudaSuccess || num_devices == 0)
+  if (err != cudaSuccess || num_devices == 0) {
+    if (o.clocks) {
+      std::fprintf(stderr, "error: --clocks needs a CUDA GPU (%s)\n", err != cudaSuccess ? cudaGetErrorString(err)
+                                                                                          : "no device");
+      return 2;
+    }
     return run_cpu_fallback(o, err != cudaSuccess ? cudaGetErrorString(err) : "no device");
+  }
 
   MoeProblem p;
   HostMoeWeights loaded;
@@ -751,20 +762,20 @@ int main(int argc, char** argv) {
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   std::printf("fp4moe-bench: %s (%d SMs, %.0f MB L2), preset %s, mode %s\n", prop.name, prop.multiProcessorCount,
               prop.l2CacheSize / 1e6, p.name.c_str(), to_string(p.mode));
-  const Ceilings ceil = measure_ceilings();
-  std::printf("ceilings: copy %.2f TB/s (read+write), bf16 matmul %.0f TFLOP/s sustained (cuBLAS 8192^3; %.0f in "
-              "a burst from idle)\n",
-              ceil.copy_tbps, ceil.bf16_tflops, ceil.bf16_burst_tflops);
   std::unique_ptr<bench::ClockSampler> clocks;
-  if (o.clocks) {
+  if (o.clocks) {  // (before the ceilings: a few seconds)
     char bus[32] = "";
     CHECK_CUDA(cudaDeviceGetPCIBusId(bus, sizeof bus, 0));
-    clocks = std::make_unique<bench::ClockSampler>(bus, 1);
+    clocks = std::make_unique<bench::ClockSampler>(bus, 2);
     if (!clocks->ok()) {
       std::fprintf(stderr, "error: --clocks: %s (NVML comes with the NVIDIA driver)\n", clocks->why_not().c_str());
       return 2;
     }
   }
+  const Ceilings ceil = measure_ceilings();
+  std::printf("ceilings: copy %.2f TB/s (read+write), bf16 matmul %.0f TFLOP/s sustained (cuBLAS 8192^3; %.0f in "
+              "a burst from idle)\n",
+              ceil.copy_tbps, ceil.bf16_tflops, ceil.bf16_burst_tflops);
   LayerOptions lo;
   lo.path = o.path;
   lo.tune_file = o.tune_file;
@@ -837,11 +848,16 @@ int main(int argc, char** argv) {
     if (o.verbose)
       std::printf("        path %s | %s | %s | %s\n", to_string(r.kernel.path), r.kernel.regime.c_str(),
                   r.kernel.gemm1.c_str(), r.kernel.gemm2.c_str());
-    if (clocks)
-      std::printf("        clocks: graph replay SM %.0f MHz (min %.0f, max %.0f), %.0f W; stream SM %.0f MHz; "
-                  "%d samples\n",
-                  r.graph_clocks.sm_mhz_mean, r.graph_clocks.sm_mhz_min, r.graph_clocks.sm_mhz_max,
-                  r.graph_clocks.power_w_mean, r.stream_clocks.sm_mhz_mean, r.graph_clocks.samples);
+    if (clocks) {
+      const bench::ClockStats& g = r.graph_clocks;
+      const bench::ClockStats& st = r.stream_clocks;
+      std::printf("        clocks: graph replay SM %.0f MHz (min %.0f, max %.0f; %d reads), %s; stream launches "
+                  "SM %.0f MHz (%d reads), %s\n",
+                  g.sm_mhz_mean, g.sm_mhz_min, g.sm_mhz_max, g.samples,
+                  g.power_w >= 0 ? (std::to_string(int(g.power_w + 0.5)) + " W").c_str() : "power n/a",
+                  st.sm_mhz_mean, st.samples,
+                  st.power_w >= 0 ? (std::to_string(int(st.power_w + 0.5)) + " W").c_str() : "power n/a");
+    }
 #if FP4MOE_TRACE
     if (o.trace) {
       std::printf("        trace (us from the first kernel's start; first..last CTA start, return from the PDL "
