@@ -363,7 +363,9 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
       // field never carries into the next one.
       const uint64_t desc = desc_stage0 + uint64_t(uint32_t(ps.stage) * (T::kChunks * T::kBTileBytes / 16)) +
                             uint64_t(c * T::kBTileBytes / 16);
-      // The k16 steps' MMAs with wgmma N = n into the first n / 2 accumulators.
+      // The k16 steps' MMAs with wgmma N = n into the first n / 2 accumulators, committed as one group
+      // inside each arm of the branch below: a commit after the arms' join became a no-op HGMMA that
+      // committed a second group per chunk, so that warpgroup_wait<1> waited for the chunk's own MMAs.
       auto mmas = [&](auto n_tag) {
         constexpr int n = decltype(n_tag)::value;
         float(&acc_n)[n / 2] = *reinterpret_cast<float(*)[n / 2]>(&acc[0]);
