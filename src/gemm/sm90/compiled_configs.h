@@ -18,7 +18,9 @@ inline constexpr Sm90Config kCompiledConfigs[] = {
     // ("_c2") for BN16/32/64: 1-4% faster than one at every DeepSeek-R1 and Qwen3 point T = 8..512
     // where they were the candidates (bench/results/2026-11-29_h200_tune_c2.txt), the same chunk
     // slots (stages x chunks) as the one-chunk builds they replaced.
-    {16, 4, 6, 1, "decode: <= 8 rows per expert", true, 2},
+    // exp/bn16-c4: four K chunks a stage (4 stages: 16 chunk slots, 12 before) for the decode tile,
+    // so that the K loop's barrier wait, release and stage arithmetic come once per four chunks.
+    {16, 4, 4, 1, "decode: <= 8 rows per expert", true, 4},
     {32, 4, 5, 1, "small: <= 24 rows per expert", true, 2},
     {64, 4, 4, 1, "medium: 41-56 rows per expert", false, 2},
     {128, 2, 6, 1, "BN128 x 2 consumers (tuning candidate)", true},
