@@ -52,6 +52,7 @@
 #include <string>
 #include <vector>
 
+#include "src/common/hash_rng.h"
 #include "src/gemm/sm90/moe_gemm_sm90.cuh"
 
 namespace fp4moe::sm90::probe {
@@ -455,22 +456,15 @@ __global__ void __launch_bounds__((kWGs + 1) * 128, 1)
 // checkpoints and activations do (the DRAM's and the tensor cores' power depend on how the bits
 // toggle, the decode's work does not). Weights: random codes, scale codes of e4m3 exponents near 1
 // (bytes 0x30..0x4f, no NaN); token tiles: finite bf16 of magnitude 2^-7..2^7.
-__device__ __forceinline__ uint32_t mix32(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  return uint32_t(x ^ (x >> 33));
-}
 __global__ void fill_weights_random(uint8_t* w, size_t bytes) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < bytes; i += size_t(gridDim.x) * blockDim.x) {
-    const uint32_t h = mix32(i);
+    const uint32_t h = uint32_t(fp4moe::detail::splitmix64(i));
     w[i] = i % layout::kUnitBytes < size_t(layout::kUnitCodeBytes) ? uint8_t(h) : uint8_t(0x30 + (h & 0x1f));
   }
 }
 __global__ void fill_act_random(uint16_t* a, size_t n) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const uint32_t h = mix32(i + (1ull << 40));
+    const uint32_t h = uint32_t(fp4moe::detail::splitmix64(i + (1ull << 40)));
     a[i] = uint16_t((h & 0x8000u) | ((120u + (h >> 16) % 15u) << 7) | (h & 0x7fu));
   }
 }
@@ -696,7 +690,8 @@ int main(int argc, char** argv) {
                                              std::string(argv[i + 1]) == "overlap" ||
                                              std::string(argv[i + 1]) == "pipeline"))
       set = argv[++i];
-    else if (a == "--fill" && i + 1 < argc && (std::string(argv[i + 1]) == "const" || std::string(argv[i + 1]) == "random"))
+    else if (a == "--fill" && i + 1 < argc &&
+             (std::string(argv[i + 1]) == "const" || std::string(argv[i + 1]) == "random"))
       fill_random = std::string(argv[++i]) == "random", fill_given = true;
     else {
       std::fprintf(stderr,
@@ -706,7 +701,8 @@ int main(int argc, char** argv) {
     }
   }
   if (fill_given && set != "all" && set != "pipeline") {
-    std::fprintf(stderr, "error: --fill sets the pipeline probe's buffers; --set %s runs no pipeline\n", set.c_str());
+    std::fprintf(stderr, "error: --fill sets the pipeline probe's buffers; --set %s runs no pipeline\n",
+                 set.c_str());
     return 2;
   }
   cudaDeviceProp prop{};

@@ -11,8 +11,8 @@
 // effective TB/s over the bytes of the experts the routing touched, TFLOP/s, and the ratio to the
 // floor = max(touched expert bytes / copy bandwidth, FLOPs / sustained matmul rate). --check
 // compares a sample of tokens with the fp64 reference. --clocks reads the SM clock and the board's
-// energy (NVML, tools/gpu_clocks.h) over each token count's timed launches. Without a GPU it says so and
-// runs the CPU reference on a scaled-down preset instead.
+// energy (NVML, tools/gpu_clocks.h) over each token count's timed launches. Without a GPU it says so
+// and runs the CPU reference on a scaled-down preset instead.
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -851,12 +851,13 @@ int main(int argc, char** argv) {
     if (clocks) {
       const bench::ClockStats& g = r.graph_clocks;
       const bench::ClockStats& st = r.stream_clocks;
+      auto watts = [](const bench::ClockStats& c) {
+        return c.power_w >= 0 ? std::to_string(int(c.power_w + 0.5)) + " W" : std::string("power n/a");
+      };
       std::printf("        clocks: graph replay SM %.0f MHz (min %.0f, max %.0f; %d reads), %s; stream launches "
                   "SM %.0f MHz (%d reads), %s\n",
-                  g.sm_mhz_mean, g.sm_mhz_min, g.sm_mhz_max, g.samples,
-                  g.power_w >= 0 ? (std::to_string(int(g.power_w + 0.5)) + " W").c_str() : "power n/a",
-                  st.sm_mhz_mean, st.samples,
-                  st.power_w >= 0 ? (std::to_string(int(st.power_w + 0.5)) + " W").c_str() : "power n/a");
+                  g.sm_mhz_mean, g.sm_mhz_min, g.sm_mhz_max, g.samples, watts(g).c_str(), st.sm_mhz_mean,
+                  st.samples, watts(st).c_str());
     }
 #if FP4MOE_TRACE
     if (o.trace) {
