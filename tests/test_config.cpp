@@ -294,6 +294,7 @@ TEST(TuneTable, RejectsMalformedFilesNamingTheLine) {
   s = t.load(p2, "x");
   EXPECT_NE(s.message().find("line 3"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("BN48_C2_S4_x1"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("fp4moe-bench --tune"), std::string::npos) << s.message();
   const std::string p3 = temp_path("tune_bad3.txt");
   write(p3, "fp4moe-tune v3\n7168 2048 256\n");
   EXPECT_NE(t.load(p3, "x").message().find("line 2"), std::string::npos);
