@@ -148,7 +148,7 @@ TEST(SelectConfig, OverlapsTheGemmsOnlyForFewRoundsOf16TokenTiles) {
 
 TEST(SelectConfig, NarrowsTheDecodeConfigOnlyForFewTiles) {
   const Sm90Config bn16 = select_config(deepseek(1));
-  ASSERT_EQ(bn16.name(), "BN16_C4_S6_x1_db_c2");
+  ASSERT_EQ(bn16.name(), "BN16_C4_S4_x1_db_c4");
   const std::string narrow = compiled_configs()[kNarrowDecodeConfig].name();
   EXPECT_EQ(narrow, "BN16_C2_S8_x1_db_c2");
   // DeepSeek-R1 T=1: 8 experts x 16 (GEMM1) or 28 (GEMM2) m-blocks, more than half of 132 SMs.
@@ -254,7 +254,7 @@ TEST(TuneTable, SelectConfigReturnsOnlyCompiledConfigs) {
 TEST(TuneTable, CompiledConfigNames) {
   std::vector<std::string> names;
   for (const auto& c : compiled_configs()) names.push_back(c.name());
-  const std::vector<std::string> want = {"BN16_C4_S6_x1_db_c2", "BN32_C4_S5_x1_db_c2", "BN64_C4_S4_x1_c2",
+  const std::vector<std::string> want = {"BN16_C4_S4_x1_db_c4", "BN32_C4_S5_x1_db_c2", "BN64_C4_S4_x1_c2",
                                          "BN128_C2_S6_x1_db",   "BN128_C4_S5_x1",      "BN256_C2_S4_x1_db",
                                          "BN96_C4_S6_x1",       "BN48_C4_S5_x1_db_c2", "BN16_C2_S8_x1_db_c2",
                                          "BN80_C4_S9_x1"};
@@ -294,6 +294,7 @@ TEST(TuneTable, RejectsMalformedFilesNamingTheLine) {
   s = t.load(p2, "x");
   EXPECT_NE(s.message().find("line 3"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("BN48_C2_S4_x1"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("fp4moe-bench --tune"), std::string::npos) << s.message();
   const std::string p3 = temp_path("tune_bad3.txt");
   write(p3, "fp4moe-tune v3\n7168 2048 256\n");
   EXPECT_NE(t.load(p3, "x").message().find("line 2"), std::string::npos);

@@ -18,7 +18,13 @@ inline constexpr Sm90Config kCompiledConfigs[] = {
     // ("_c2") for BN16/32/64: 1-4% faster than one at every DeepSeek-R1 and Qwen3 point T = 8..512
     // where they were the candidates (bench/results/2026-11-29_h200_tune_c2.txt), the same chunk
     // slots (stages x chunks) as the one-chunk builds they replaced.
-    {16, 4, 6, 1, "decode: <= 8 rows per expert", true, 2},
+    // The decode tile takes four K chunks a stage ("_c4", 4 stages: 16 chunk slots, 12 with two):
+    // the K loop's barrier wait, release and stage arithmetic come once per four chunks. Against two,
+    // DeepSeek-R1 T = 8 / 32 / 128: GEMM1 alone -6.4 / -6.6 / -6.1% (ncu), the layer -2.1 / -4.2 /
+    // -4.1%; T = 1 / 512, gpt-oss-120b and Qwen3-30B within the spreads but gpt-oss-120b T=128
+    // -1.6% (bench/results/2026-11-30_h200_s17_run{1,2}_*). GEMM1's kernels keep two values in a
+    // small stack frame outside the K loop (scripts/ptxas-check.sh).
+    {16, 4, 4, 1, "decode: <= 8 rows per expert", true, 4},
     {32, 4, 5, 1, "small: <= 24 rows per expert", true, 2},
     {64, 4, 4, 1, "medium: 41-56 rows per expert", false, 2},
     {128, 2, 6, 1, "BN128 x 2 consumers (tuning candidate)", true},

@@ -164,7 +164,8 @@ struct Sm90Traits {
   // K chunks (64) per stage: with 2, the barrier waits, arrivals and stage bookkeeping of producer and
   // consumers happen once per two chunks. Chunk slots (kSlots) are laid out as with kChunks = 1.
   static constexpr int kChunks = kChunks_;
-  static_assert(kChunks == 1 || kChunks == 2, "consume_tile and the producer handle one or two chunks a stage");
+  static_assert(kChunks == 1 || kChunks == 2 || kChunks == 4,
+                "consume_tile and the producer handle one, two or four chunks a stage");
   static constexpr int kSlots = kStages * kChunks;
   static constexpr int kCtasPerSm = kCtasPerSm_;
   static constexpr bool kGemm1 = kGemm1_;
@@ -397,7 +398,7 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
   };
   using C0 = std::integral_constant<int, 0>;
   using Odd = std::integral_constant<int, kBufs - 1>;         // fragment buffer of odd chunks
-  using Slot1 = std::integral_constant<int, T::kChunks - 1>;  // slot of odd chunks
+  using Slot1 = std::integral_constant<int, T::kChunks - 1>;  // slot of odd chunks (kChunks <= 2)
   // The epilogue's operands from global memory (alpha, the biases and GEMM2's router weights of the
   // tile's rows), loaded before the K loop: at the epilogue their latency was exposed, with no MMA
   // running (a router weight took two dependent loads then; the permute's row_weight makes it one).
@@ -426,7 +427,21 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
   const int k_units = int(x.k_units);  // this unit's chunks
   auto k_loop = [&](auto live) {
     int ku = 0;
-    if constexpr (kBufs == 2 || T::kChunks == 2) {
+    if constexpr (T::kChunks == 4) {
+      // Four chunks a stage (the barrier wait, the release and the stage arithmetic once per four),
+      // the fragment buffers alternating by chunk parity; a last stage may hold 1-3 chunks.
+      using S1 = std::integral_constant<int, 1>;
+      using S2 = std::integral_constant<int, 2>;
+      using S3 = std::integral_constant<int, 3>;
+      // (One copy of each slot's chunk: a separate tail copy ran ptxas out of registers, C7511.)
+      for (; ku < k_units; ku += 4) {
+        chunk(C0{}, C0{}, live, ku == 0);
+        if (ku + 1 < k_units) chunk(Odd{}, S1{}, live, false);
+        if (ku + 2 < k_units) chunk(C0{}, S2{}, live, false);
+        if (ku + 3 < k_units) chunk(Odd{}, S3{}, live, false);
+        else ps.advance(T::kStages);  // a last stage of 1-3 chunks
+      }
+    } else if constexpr (kBufs == 2 || T::kChunks == 2) {
       for (; ku + 1 < k_units; ku += 2) {
         chunk(C0{}, C0{}, live, ku == 0);
         chunk(Odd{}, Slot1{}, live, false);
@@ -811,11 +826,13 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
                      act + ((ku + c) * p.layout.rows_cap + tc.row0) * 128, b_bytes, &full[ps.stage], pol_act);
         }
         // The tile's units of one K chunk are contiguous (unit groups, weight_layout.h): one copy; those
-        // of the stage's two chunks too when the m-block is a whole unit group (then one copy for both).
+        // of the stage's chunks too when the m-block is a whole unit group (then one copy for all: the
+        // chunks' offsets differ by a fixed stride, so two adjacent chunks mean all are).
         const uint8_t* w0 = weights + g.unit_offset(tc.expert, mb * T::kConsumers, ku);
-        if (n == 2 && valid_units == T::kConsumers &&
+        if (n >= 2 && valid_units == T::kConsumers &&
             weights + g.unit_offset(tc.expert, mb * T::kConsumers, ku + 1) == w0 + w_bytes) {
-          bulk_g2s(smem + T::kOffW + slot0 * T::kWeightStageBytes, w0, 2 * w_bytes, &full[ps.stage], pol_weights);
+          bulk_g2s(smem + T::kOffW + slot0 * T::kWeightStageBytes, w0, uint32_t(n) * w_bytes, &full[ps.stage],
+                   pol_weights);
         } else {
           for (int c = 0; c < n; ++c)
             bulk_g2s(smem + T::kOffW + (slot0 + c) * T::kWeightStageBytes,

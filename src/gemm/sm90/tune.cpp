@@ -79,7 +79,9 @@ Status TuneTable::load(const std::string& path, const std::string& device_name) 
     std::string config;
     std::istringstream entry(line);
     if (!(entry >> h >> i >> e >> k >> bucket >> config)) return bad("expected '<H> <I> <experts> <top-k> <bucket> <config>'");
-    if (!config_by_name(config)) return bad("config '" + config + "' has no compiled kernel");
+    if (!config_by_name(config))
+      return bad("config '" + config + "' has no compiled kernel (renamed or removed since the table was written?); " +
+                 "measure again with fp4moe-bench --tune");
     if (same_device) entries_[{h, i, e, k, bucket}] = config;
   }
   if (!header) return Status(StatusCode::kIoError, detail::concat("tune file '", path, "' is empty"));
