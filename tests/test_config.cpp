@@ -150,7 +150,7 @@ TEST(SelectConfig, NarrowsTheDecodeConfigOnlyForFewTiles) {
   const Sm90Config bn16 = select_config(deepseek(1));
   ASSERT_EQ(bn16.name(), "BN16_C4_S4_x1_db_c4");
   const std::string narrow = compiled_configs()[kNarrowDecodeConfig].name();
-  EXPECT_EQ(narrow, "BN16_C2_S8_x1_db_c2");
+  EXPECT_EQ(narrow, "BN16_C2_S4_x1_db_c4");
   // DeepSeek-R1 T=1: 8 experts x 16 (GEMM1) or 28 (GEMM2) m-blocks, more than half of 132 SMs.
   EXPECT_EQ(narrow_for_few_tiles(deepseek(1), bn16, 64).name(), bn16.name());
   EXPECT_EQ(narrow_for_few_tiles(deepseek(1), bn16, 112).name(), bn16.name());
@@ -256,7 +256,7 @@ TEST(TuneTable, CompiledConfigNames) {
   for (const auto& c : compiled_configs()) names.push_back(c.name());
   const std::vector<std::string> want = {"BN16_C4_S4_x1_db_c4", "BN32_C4_S5_x1_db_c2", "BN64_C4_S4_x1_c2",
                                          "BN128_C2_S6_x1_db",   "BN128_C4_S5_x1",      "BN256_C2_S4_x1_db",
-                                         "BN96_C4_S6_x1",       "BN48_C4_S5_x1_db_c2", "BN16_C2_S8_x1_db_c2",
+                                         "BN96_C4_S6_x1",       "BN48_C4_S5_x1_db_c2", "BN16_C2_S4_x1_db_c4",
                                          "BN80_C4_S9_x1"};
   EXPECT_EQ(names, want);
 }

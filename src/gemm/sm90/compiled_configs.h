@@ -44,7 +44,7 @@ inline constexpr Sm90Config kCompiledConfigs[] = {
     // per expert on DeepSeek-R1, Qwen3-30B and gpt-oss-120b (bench/results/2026-11-30_h200_tune_bn48.txt).
     {48, 4, 5, 1, "medium: 25-40 rows per expert", true, 2},
     // Decode over few tiles (narrow_for_few_tiles, per GEMM): 2 consumers, 8 stages of 2 chunks.
-    {16, 2, 8, 1, "decode, few tiles: 2 consumers", true, 2},
+    {16, 2, 4, 1, "decode, few tiles: 2 consumers", true, 4},
     // An 80-token tile of the BN96 kind: 5-8% faster than BN96 at 64 rows per expert on Qwen3-30B and
     // gpt-oss-120b in one run (bench/results/2026-11-30_h200_tune_bn80.txt); DeepSeek-R1 T=2048 took
     // 3.59 ms with it against BN96's 4.02 in another run, on another H200. A BN112 of the same kind
