@@ -15,9 +15,9 @@ inline constexpr Sm90Config kCompiledConfigs[] = {
     // Double-buffered A fragments: in the H200 tuning run (bench/results/2026-11-29_h200_tune_v3.txt)
     // they were faster at most points and within 0.5% at the rest (BN256 and BN32 at T=2048/8192);
     // BN64 has no double-buffered build (ptxas serialized or spilled it). Two K chunks per stage
-    // ("_c2") for BN16/32/64: 1-4% faster than one at every DeepSeek-R1 and Qwen3 point T = 8..512
-    // where they were the candidates (bench/results/2026-11-29_h200_tune_c2.txt), the same chunk
-    // slots (stages x chunks) as the one-chunk builds they replaced.
+    // ("_c2") for BN16/32/64 (BN16 now has four: below): 1-4% faster than one at every DeepSeek-R1
+    // and Qwen3 point T = 8..512 where they were the candidates (bench/results/2026-11-29_h200_tune_c2.txt),
+    // the same chunk slots (stages x chunks) as the one-chunk builds they replaced.
     // The decode tile takes four K chunks a stage ("_c4", 4 stages: 16 chunk slots, 12 with two):
     // the K loop's barrier wait, release and stage arithmetic come once per four chunks. Against two,
     // DeepSeek-R1 T = 8 / 32 / 128: GEMM1 alone -6.4 / -6.6 / -6.1% (ncu), the layer -2.1 / -4.2 /
@@ -44,8 +44,9 @@ inline constexpr Sm90Config kCompiledConfigs[] = {
     // per expert on DeepSeek-R1, Qwen3-30B and gpt-oss-120b (bench/results/2026-11-30_h200_tune_bn48.txt).
     {48, 4, 5, 1, "medium: 25-40 rows per expert", true, 2},
     // Decode over few tiles (narrow_for_few_tiles, per GEMM): 2 consumers, 4 stages of 4 chunks.
-    // Against 8 stages of 2 (session 17, run 3): T=1 Llama-4-Scout -21%, Mixtral -15%, gpt-oss-120b
-    // -7%, Qwen3-30B -5%; Llama-4-Scout T=2 -14%; Qwen3-30B T = 2 / 4 within the spreads. With few
+    // Against 8 stages of 2 (bench/results/2026-11-30_h200_s17_run3_*): T=1 Llama-4-Scout -21%,
+    // Mixtral -15%, gpt-oss-120b -7%, Qwen3-30B -5%; Llama-4-Scout T=2 -14%; gpt-oss-120b T=2 and
+    // Qwen3-30B T = 2 / 4 within the spreads. With few
     // tiles each SM streams a long K range through its two consumers, whose per-stage work it cuts.
     {16, 2, 4, 1, "decode, few tiles: 2 consumers", true, 4},
     // An 80-token tile of the BN96 kind: 5-8% faster than BN96 at 64 rows per expert on Qwen3-30B and

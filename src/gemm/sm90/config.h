@@ -16,7 +16,7 @@ struct Sm90Config {
   int ctas_per_sm = 2;    // persistent CTAs per SM
   const char* regime = "";
   bool double_buffer = false;  // double-buffered A fragments (name suffix "_db")
-  int chunks_per_stage = 1;    // K chunks per pipeline stage (2: name suffix "_c2")
+  int chunks_per_stage = 1;    // K chunks per pipeline stage (N > 1: name suffix "_cN")
   std::string name() const;
 };
 
@@ -31,7 +31,7 @@ struct ConfigInput {
 
 // Average routed rows per local expert decides the token tile (all 1 CTA per SM, the producer's
 // registers handed to the consumers with setmaxnreg):
-//   decode  <= 8 rows per expert -> BN 16, 4 consumer warpgroups, 6 stages of 2 K chunks (bandwidth-bound)
+//   decode  <= 8 rows per expert -> BN 16, 4 consumer warpgroups, 4 stages of 4 K chunks (bandwidth-bound)
 //   small   <= 24                -> BN 32, 4 consumers, 5 stages of 2 chunks
 //   medium  <= 40                -> BN 48, 4 consumers, 5 stages of 2 chunks
 //   medium  <= 56                -> BN 64, 4 consumers, 4 stages of 2 chunks
@@ -39,8 +39,8 @@ struct ConfigInput {
 //   large   <= 80                -> BN 96, 4 consumers, 6 stages
 //   prefill >  80                -> BN 128, 4 consumers (a 256-row weight tile), 5 stages
 // BN16/32/48 (4 consumers) and BN128 with 2 consumers double-buffer their A fragments (name suffix
-// "_db"); BN16/32/48/64 put two K chunks in a pipeline stage (suffix "_c2", not to be confused with
-// "_C2", 2 consumers).
+// "_db"); BN16 puts four K chunks in a pipeline stage (suffix "_c4"), BN32/48/64 two ("_c2", not to be
+// confused with "_C2", 2 consumers).
 // BN 128 with 2 consumers and BN 256 (2 consumers) are compiled as tuning candidates only; BN 16
 // with 2 consumers serves decode over few tiles (narrow_for_few_tiles).
 // (thresholds measured with fp4moe-bench --tune on an H200: see config.cpp)

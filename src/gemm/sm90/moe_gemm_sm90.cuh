@@ -9,9 +9,9 @@
 // numerics as the SIMT kernels (src/gemm/simt/), checked against reference/moe_reference.cpp.
 //
 // Warp roles (warp-specialized, persistent): warpgroup 0 is the producer, one thread of which streams
-// the tile's weight units and activation rows into shared-memory stages of one or two K chunks (64)
-// with bulk async copies (one for the units of a chunk, which are contiguous, or of both chunks; one
-// per chunk for the activations); warpgroups 1..C are consumers, consumer c owning weight unit c of
+// the tile's weight units and activation rows into shared-memory stages of one, two or four K chunks
+// (64) with bulk async copies (one for the units of a chunk, which are contiguous, or of all of a
+// stage's chunks; one per chunk for the activations); warpgroups 1..C are consumers, consumer c owning weight unit c of
 // the tile.
 #pragma once
 
@@ -161,8 +161,8 @@ struct Sm90Traits {
   static constexpr int kBN = kBN_;
   static constexpr int kConsumers = kConsumers_;
   static constexpr int kStages = kStages_;  // pipeline stages (one full/empty barrier pair each)
-  // K chunks (64) per stage: with 2, the barrier waits, arrivals and stage bookkeeping of producer and
-  // consumers happen once per two chunks. Chunk slots (kSlots) are laid out as with kChunks = 1.
+  // K chunks (64) per stage: with 2 or 4, the barrier waits, arrivals and stage bookkeeping of producer
+  // and consumers happen once per two or four chunks. Chunk slots (kSlots) are laid out as with kChunks = 1.
   static constexpr int kChunks = kChunks_;
   static_assert(kChunks == 1 || kChunks == 2 || kChunks == 4,
                 "consume_tile and the producer handle one, two or four chunks a stage");
@@ -328,7 +328,7 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
   // chunk(buffer, c): the K chunk in slot c of the current stage; the stage's barrier is waited on at
   // c = 0, and it is left after its last chunk.
   // first: this is the tile's first chunk, whose first MMA starts the sum (scale_d = Zero). Only the
-  // first chunk of a pair can be, so the second one's MMAs never test it (a runtime flag kept across
+  // first chunk of a stage can be, so the others' MMAs never test it (a runtime flag kept across
   // chunks cost three instructions a chunk; peeling the first pair out of the loop instead ran ptxas
   // out of registers, C7512).
   // live: the warpgroup has a weight unit in this tile; without one it only waits and releases the
