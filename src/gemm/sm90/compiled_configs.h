@@ -46,8 +46,8 @@ inline constexpr Sm90Config kCompiledConfigs[] = {
     // Decode over few tiles (narrow_for_few_tiles, per GEMM): 2 consumers, 4 stages of 4 chunks.
     // Against 8 stages of 2 (bench/results/2026-11-30_h200_s17_run3_*): T=1 Llama-4-Scout -21%,
     // Mixtral -15%, gpt-oss-120b -7%, Qwen3-30B -5%; Llama-4-Scout T=2 -14%; gpt-oss-120b T=2 and
-    // Qwen3-30B T = 2 / 4 within the spreads. With few
-    // tiles each SM streams a long K range through its two consumers, whose per-stage work it cuts.
+    // Qwen3-30B T = 2 / 4 within the spreads. With few tiles each SM streams a long K range through
+    // its two consumers, whose per-stage work it cuts.
     {16, 2, 4, 1, "decode, few tiles: 2 consumers", true, 4},
     // An 80-token tile of the BN96 kind: 5-8% faster than BN96 at 64 rows per expert on Qwen3-30B and
     // gpt-oss-120b in one run (bench/results/2026-11-30_h200_tune_bn80.txt); DeepSeek-R1 T=2048 took
