@@ -11,8 +11,11 @@
 // effective TB/s over the bytes of the experts the routing touched, TFLOP/s, and the ratio to the
 // floor = max(touched expert bytes / copy bandwidth, FLOPs / sustained matmul rate). --check
 // compares a sample of tokens with the fp64 reference. --clocks reads the SM clock and the board's
-// energy (NVML, tools/gpu_clocks.h) over each token count's timed launches. Without a GPU it says so
-// and runs the CPU reference on a scaled-down preset instead.
+// energy (NVML, tools/gpu_clocks.h) over each token count's timed launches. By default the host
+// waits for each timed launch before the next, so each starts on an idle GPU and its time includes
+// its own launch latency; --back-to-back queues them behind each other, as a model's layers run, and
+// times each from the event before it to the event after it. Without a GPU it says so and runs the
+// CPU reference on a scaled-down preset instead.
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -73,6 +76,7 @@ struct Options {
   std::string dump_routing;     // --dump-routing DIR: each token count's routing for bench/peers_torch.py
   bool trace = false;           // --trace: each kernel's timeline in one graph replay (FP4MOE_TRACE builds)
   bool clocks = false;          // --clocks: the SM clock and power over each timing loop (NVML, tools/gpu_clocks.h)
+  bool back_to_back = false;    // --back-to-back: time launches queued back to back (no host wait between them)
   std::string argv;
 };
 
@@ -85,7 +89,7 @@ struct Options {
                "                    [--tune FILE [--tune-only NAME,NAME]] [--tune-file FILE]\n"
                "                    [--checkpoint DIR [--layer L]]\n"
                "                    [--split-k] [--no-tail-tiles] [--no-gemm-overlap] [--no-direct-gemm1] [--verbose]\n"
-               "                    [--dump-routing DIR] [--trace] [--clocks]\n",
+               "                    [--dump-routing DIR] [--trace] [--clocks] [--back-to-back]\n",
                msg);
   std::exit(2);
 }
@@ -147,6 +151,7 @@ Options parse(int argc, char** argv) {
     }
     else if (a == "--verbose") o.verbose = true;
     else if (a == "--clocks") o.clocks = true;
+    else if (a == "--back-to-back") o.back_to_back = true;
     else if (a == "--trace") {
 #if FP4MOE_TRACE
       o.trace = true;
@@ -508,6 +513,8 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
   cudaEvent_t e0, e1;
   CHECK_CUDA(cudaEventCreate(&e0));
   CHECK_CUDA(cudaEventCreate(&e1));
+  std::vector<cudaEvent_t> b2b_events(o.back_to_back ? size_t(o.iters) + 1 : 0);
+  for (cudaEvent_t& e : b2b_events) CHECK_CUDA(cudaEventCreate(&e));
   auto time_it = [&](auto&& launch, bench::ClockStats* clock_stats) {
     // At least o.warmup launches and o.warmup_ms of wall time (synchronizing every 16 launches, so
     // that the GPU has been busy for about that long), as the sustained matmul ceiling is measured.
@@ -521,14 +528,32 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
     }
     std::vector<double> ms;
     if (clocks) clocks->start();
-    for (int i = 0; i < o.iters; ++i) {
-      CHECK_CUDA(cudaEventRecord(e0, stream));
-      launch(i % num_sets);
-      CHECK_CUDA(cudaEventRecord(e1, stream));
-      CHECK_CUDA(cudaEventSynchronize(e1));
-      float t;
-      CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
-      ms.push_back(t);
+    if (o.back_to_back) {
+      // Every launch queued behind the one before, an event between each two: launch i's time is
+      // event i to event i + 1, and the device never waits for the host (as inside a model's forward).
+      CHECK_CUDA(cudaEventRecord(b2b_events[0], stream));
+      for (int i = 0; i < o.iters; ++i) {
+        launch(i % num_sets);
+        CHECK_CUDA(cudaEventRecord(b2b_events[size_t(i) + 1], stream));
+      }
+      CHECK_CUDA(cudaEventSynchronize(b2b_events[size_t(o.iters)]));
+      for (int i = 0; i < o.iters; ++i) {
+        float t;
+        CHECK_CUDA(cudaEventElapsedTime(&t, b2b_events[size_t(i)], b2b_events[size_t(i) + 1]));
+        ms.push_back(t);
+      }
+    } else {
+      // One launch at a time: the host waits for each, so each starts on an idle device and its time
+      // includes the launch's own latency after the first event.
+      for (int i = 0; i < o.iters; ++i) {
+        CHECK_CUDA(cudaEventRecord(e0, stream));
+        launch(i % num_sets);
+        CHECK_CUDA(cudaEventRecord(e1, stream));
+        CHECK_CUDA(cudaEventSynchronize(e1));
+        float t;
+        CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
+        ms.push_back(t);
+      }
     }
     if (clocks) *clock_stats = clocks->stop();
     return median(ms);
@@ -597,6 +622,7 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
 
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
+  for (cudaEvent_t e : b2b_events) cudaEventDestroy(e);
   cudaStreamDestroy(stream);
   cudaFree(ws);
   cudaFree(d_out);
@@ -626,7 +652,8 @@ void write_json(const Options& o, const MoeProblem& p, const char* gpu, const Ce
     << ", \"bf16_mm_TFLOPs\": " << c.bf16_tflops << ", \"bf16_mm_burst_TFLOPs\": " << c.bf16_burst_tflops
     << ", \"bf16_mm_method\": \"cuBLAS 8192^3, median of 30 after 1.5 s of back-to-back GEMMs"
     << " (burst: of 10 from idle)\""
-    << "},\n  \"warmup_ms\": " << o.warmup_ms << ",\n  \"rows\": [\n";
+    << "},\n  \"warmup_ms\": " << o.warmup_ms << ",\n  \"timing\": \""
+    << (o.back_to_back ? "back-to-back" : "one launch at a time") << "\",\n  \"rows\": [\n";
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
     f << "    {\"T\": " << r.tokens << ", \"active_experts\": " << r.active_experts << ", \"stream_ms\": " << r.stream_ms
@@ -776,6 +803,7 @@ int main(int argc, char** argv) {
   std::printf("ceilings: copy %.2f TB/s (read+write), bf16 matmul %.0f TFLOP/s sustained (cuBLAS 8192^3; %.0f in "
               "a burst from idle)\n",
               ceil.copy_tbps, ceil.bf16_tflops, ceil.bf16_burst_tflops);
+  if (o.back_to_back) std::printf("timing: back to back (each launch queued behind the one before)\n");
   LayerOptions lo;
   lo.path = o.path;
   lo.tune_file = o.tune_file;
