@@ -329,8 +329,10 @@ struct Row {
   // start, first end; -1 everywhere for a kernel that did not run.
   std::vector<std::array<double, 6>> trace;
   // --trace, the sm90 GEMMs: the share of the consumers' time spent waiting for full stages and of
-  // the producer's waiting for empty ones, and of the consumers' time in K loops (-1: not recorded).
-  std::vector<std::array<double, 3>> trace_waits;
+  // the producer's waiting for empty ones, and of the consumers' time in K loops (-1: not recorded);
+  // then per tile of a consumer warpgroup, in SM clock cycles: finding it, from its start to its K
+  // loop, in its K loop, after its K loop (the epilogue).
+  std::vector<std::array<double, 7>> trace_waits;
 };
 
 std::vector<uint16_t> random_bf16_normal(std::mt19937_64& rng, size_t n) {
@@ -601,10 +603,17 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
         v[5] = us(~w[k][5]);
       }
       row.trace.push_back(v);
-      std::array<double, 3> waits = {-1, -1, -1};
+      std::array<double, 7> waits = {-1, -1, -1, -1, -1, -1, -1};
       if (w[k][kTraceConsumerTime] != 0) {
         waits[0] = double(w[k][kTraceConsumerWait]) / double(w[k][kTraceConsumerTime]);
         waits[2] = double(w[k][kTraceConsumerKLoop]) / double(w[k][kTraceConsumerTime]);
+      }
+      if (w[k][kTraceConsumerTiles] != 0) {
+        const double tiles = double(w[k][kTraceConsumerTiles]);
+        waits[3] = double(w[k][kTraceConsumerFind]) / tiles;
+        waits[4] = double(w[k][kTraceConsumerPre]) / tiles;
+        waits[5] = double(w[k][kTraceConsumerKLoop]) / tiles;
+        waits[6] = double(w[k][kTraceConsumerTile] - w[k][kTraceConsumerPre] - w[k][kTraceConsumerKLoop]) / tiles;
       }
       if (w[k][kTraceProducerTime] != 0) waits[1] = double(w[k][kTraceProducerWait]) / double(w[k][kTraceProducerTime]);
       row.trace_waits.push_back(waits);
@@ -692,7 +701,9 @@ void write_json(const Options& o, const MoeProblem& p, const char* gpu, const Ce
         if (r.trace_waits[k][0] < 0) continue;
         f << (first ? "" : ", ") << "\"" << kTraceKernelNames[k]
           << "\": {\"consumers_waiting\": " << r.trace_waits[k][0] << ", \"producer_waiting\": " << r.trace_waits[k][1]
-          << ", \"consumers_in_k_loops\": " << r.trace_waits[k][2] << "}";
+          << ", \"consumers_in_k_loops\": " << r.trace_waits[k][2] << ", \"cycles_per_tile\": {\"find\": "
+          << r.trace_waits[k][3] << ", \"before_k_loop\": " << r.trace_waits[k][4] << ", \"k_loop\": "
+          << r.trace_waits[k][5] << ", \"after_k_loop\": " << r.trace_waits[k][6] << "}}";
         first = false;
       }
       f << "}";
@@ -900,6 +911,9 @@ int main(int argc, char** argv) {
         if (q[0] >= 0)
           std::printf("  consumers: K loops %.1f%%, waits for data %.1f%%; producer waits for room %.1f%%", 100 * q[2],
                       100 * q[0], 100 * q[1]);
+        if (q[3] >= 0)
+          std::printf("\n        %-11s cycles per tile and warpgroup: find %.0f, before the K loop %.0f, K loop %.0f, "
+                      "after it %.0f", "", q[3], q[4], q[5], q[6]);
         std::printf("\n");
       }
       // The tool's own check: a kernel's wait returns only once the kernel launched before it (the

@@ -34,14 +34,20 @@ inline constexpr const char* kTraceKernelNames[kTraceKernels] = {
 // ~(first wait return), last wait return, last end, last start, ~(first end). A kernel that did not
 // run keeps zeros. Then sums, written by the sm90 GEMMs only (SM clock cycles, thread 0 of each
 // warpgroup): the consumers' waits for full stages, the consumers' time, the producer's waits for
-// empty stages, the producer's time, the consumers' time in K loops (their waits included).
-constexpr int kTraceWords = 11;
+// empty stages, the producer's time, the consumers' time in K loops (their waits included); and
+// per tile, the consumers' time finding it (the loop's lookup), from the tile's start to its K loop,
+// in the whole tile (K loop and epilogue included), and the count of tiles.
+constexpr int kTraceWords = 15;
 enum TraceSum : int {
   kTraceConsumerWait = 6,
   kTraceConsumerTime,
   kTraceProducerWait,
   kTraceProducerTime,
-  kTraceConsumerKLoop
+  kTraceConsumerKLoop,
+  kTraceConsumerFind,
+  kTraceConsumerPre,
+  kTraceConsumerTile,
+  kTraceConsumerTiles
 };
 constexpr int kTraceBytes = kTraceKernels * kTraceWords * 8;
 

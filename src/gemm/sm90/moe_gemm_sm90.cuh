@@ -234,8 +234,8 @@ struct Sm90Traits {
   // (The descriptor arithmetic of consume_tile needs shared addresses below 2^18: sm90 has 228 KB.)
   static_assert(kSmemBytes <= 232448, "sm90 shared memory per CTA");
 #if FP4MOE_TRACE
-  // (TraceCta's static word and the GEMMs' wait sums, trace_consumer_acc[8][2].)
-  static_assert(kSmemBytes + 16 + 128 <= 232448, "trace builds: the trace's static shared memory must fit too");
+  // (TraceCta's static word and the GEMMs' sums, trace_consumer_acc[8][6].)
+  static_assert(kSmemBytes + 16 + 384 <= 232448, "trace builds: the trace's static shared memory must fit too");
 #endif
   static_assert(kBN <= kMaxTileTokens, "the workspace's rows_cap slack must cover a full-tile activation copy");
 };
@@ -289,9 +289,10 @@ struct ConsumerCtx {
   int64_t tile;
   int split, split_index;
   int token_tile;  // the plan's token tile of this work unit (GEMM1 with overlap counts in tile_done)
-  // Trace builds: thread 0's running sums, in shared memory, of its waits for full stages [0] and of
-  // its time in K loops [1] (added to the trace words once at the end: an atomic per stage slowed
-  // the traced decode by ~16%).
+  // Trace builds: thread 0's running sums, in shared memory, of its waits for full stages [0], of its
+  // time in K loops [1], of its time from a tile's start to its K loop [2], finding tiles [3], in
+  // whole tiles [4] and of the tiles [5] (added to the trace words once at the end: an atomic per
+  // stage slowed the traced decode by ~16%).
   FP4MOE_TRACE_ONLY(unsigned long long* trace_acc;)
 };
 
@@ -299,6 +300,7 @@ struct ConsumerCtx {
 template <class T, int kN, bool kDirect>
 __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const ConsumerCtx& x, const TileCoord& tc,
                                              int mu, bool active, PipeState& ps) {
+  FP4MOE_TRACE_ONLY(const long long tile_from = clock64();)
   constexpr int kAcc = kN / 2;
   float acc[kAcc];  // started by the tile's first MMA (scale_d = Zero), never zeroed by hand
   // A fragments. Double-buffered (Sm90Traits::kDoubleBuffer): chunk ku decodes into a[ku % 2] while
@@ -454,7 +456,8 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
       for (; ku < k_units; ++ku) chunk(C0{}, C0{}, live, ku == 0);
     }
   };
-  FP4MOE_TRACE_ONLY(const long long k_loop_from = clock64();)
+  FP4MOE_TRACE_ONLY(const long long k_loop_from = clock64();
+                    if (x.tid == 0) x.trace_acc[2] += (unsigned long long)(k_loop_from - tile_from);)
   if constexpr (T::kBN == 16) k_loop(active);
   else if (active) k_loop(std::true_type{});
   else k_loop(std::false_type{});
@@ -693,7 +696,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   FP4MOE_TRACE_ONLY(
       unsigned long long* const trace_sums = FP4MOE_TRACE_SLOT();
       const long long trace_from = clock64();
-      __shared__ unsigned long long trace_consumer_acc[8][2];
+      __shared__ unsigned long long trace_consumer_acc[8][6];
       unsigned long long trace_producer_wait = 0;)
 
   const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);  // warp-uniform for ptxas
@@ -869,10 +872,11 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   x.split = __shfl_sync(0xffffffffu, split, 0);
   FP4MOE_TRACE_ONLY(static_assert(T::kConsumers <= 8, "trace_consumer_acc");
                     x.trace_acc = trace_consumer_acc[x.c];
-                    if (tid == 0) x.trace_acc[0] = x.trace_acc[1] = 0;)
+                    if (tid == 0) for (int i = 0; i < 6; ++i) x.trace_acc[i] = 0;)
   PipeState ps;
   for (int64_t w = blockIdx.x; w < num_work; w += gridDim.x) {
     const int64_t t = unsplit ? w : w / split;
+    FP4MOE_TRACE_ONLY(const long long find_from = clock64();)
     x.tile = t;
     x.split_index = unsplit ? 0 : int(w % split);
     x.k_units = __shfl_sync(0xffffffffu,
@@ -885,11 +889,21 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
     const int mu = int(t % m_blocks) * T::kConsumers + x.c;
     const bool active = __shfl_sync(0xffffffffu, int(mu < m_units), 0) != 0;
     const int bucket = __shfl_sync(0xffffffffu, tile_bucket<T>(tc.rows), 0);
+    FP4MOE_TRACE_ONLY(const long long consume_from = clock64();
+                      if (tid == 0) x.trace_acc[3] += (unsigned long long)(consume_from - find_from);)
     consume_bucketed<T, kDirect>(p, x, tc, mu, active, bucket, ps);
+    FP4MOE_TRACE_ONLY(if (tid == 0) {
+      x.trace_acc[4] += (unsigned long long)(clock64() - consume_from);
+      x.trace_acc[5] += 1;
+    })
   }
   FP4MOE_TRACE_ONLY(if (tid == 0 && trace_sums) {
     atomicAdd(trace_sums + kTraceConsumerWait, x.trace_acc[0]);
     atomicAdd(trace_sums + kTraceConsumerKLoop, x.trace_acc[1]);
+    atomicAdd(trace_sums + kTraceConsumerPre, x.trace_acc[2]);
+    atomicAdd(trace_sums + kTraceConsumerFind, x.trace_acc[3]);
+    atomicAdd(trace_sums + kTraceConsumerTile, x.trace_acc[4]);
+    atomicAdd(trace_sums + kTraceConsumerTiles, x.trace_acc[5]);
     atomicAdd(trace_sums + kTraceConsumerTime, (unsigned long long)(clock64() - trace_from));
   })
   if constexpr (kDirect) {
