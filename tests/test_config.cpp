@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <iterator>
 
+#include "src/gemm/gemm_params.h"
 #include "src/gemm/sm90/config.h"
 #include "src/gemm/sm90/tune.h"
 #include "src/moe/workspace.h"
@@ -19,6 +20,26 @@ ConfigInput deepseek(int64_t tokens) {
   in.hidden = 7168;
   in.inter_local = 2048;
   return in;
+}
+
+// The kernels' tile arithmetic (FastDiv, made by the launch): n / d for every n below 2^31.
+TEST(FastDiv, MatchesDivisionBelow2To31) {
+  uint64_t state = 0x9e3779b97f4a7c15ull;
+  auto next = [&] {
+    state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+    return uint32_t(state);
+  };
+  std::vector<uint32_t> divisors = {1, 2, 3, 5, 7, 8, 16, 28, 56, 112, 127, 1000, (1u << 20) + 7, (1u << 31) - 1};
+  for (int i = 0; i < 64; ++i) divisors.push_back(1 + next() % ((1u << 31) - 1));
+  for (uint32_t d : divisors) {
+    const FastDiv f(d);
+    std::vector<uint32_t> ns = {0, 1, d - 1, d, d + 1, 2 * d - 1, 2 * d, (1u << 31) - 1, (1u << 31) - 2, (1u << 31) - d};
+    for (int i = 0; i < 2000; ++i) ns.push_back(next() % (1u << 31));
+    for (uint32_t n : ns) {
+      if (n >= (1u << 31)) continue;
+      ASSERT_EQ(f.div(n), n / d) << n << " / " << d;
+    }
+  }
 }
 
 TEST(SelectConfig, RegimesFollowRowsPerExpert) {

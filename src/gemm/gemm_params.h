@@ -20,6 +20,23 @@
 
 namespace fp4moe {
 
+// Division of 0 <= n < 2^31 by a fixed 1 <= d < 2^31 as a multiply-high, an add and a shift (the
+// round-up method: m = floor(2^32 (2^s - d) / d) + 1 with 2^s >= d; umulhi(n, m) < n keeps the sum
+// below 2^32). Made on the host: a 64-bit division in a kernel is a ~70-instruction routine.
+struct FastDiv {
+  uint32_t d = 1, m = 1, s = 0;
+  FastDiv() = default;
+  explicit FastDiv(uint32_t divisor) : d(divisor) {
+    while ((uint64_t(1) << s) < d) ++s;
+    m = uint32_t(((uint64_t(1) << 32) * ((uint64_t(1) << s) - d)) / d + 1);
+  }
+#if defined(__CUDA_ARCH__)
+  __device__ __forceinline__ uint32_t div(uint32_t n) const { return (__umulhi(n, m) + n) >> s; }
+#else
+  uint32_t div(uint32_t n) const { return (uint32_t((uint64_t(n) * m) >> 32) + n) >> s; }
+#endif
+};
+
 struct MoeGemmParams {
   WorkspaceLayout layout;
   WorkspacePtrs ws;
@@ -45,6 +62,9 @@ struct MoeGemmParams {
   // ranges, run as separate work units; the last unit of a tile to finish sums the fp32 partials in
   // range order and runs the epilogue. 1: off.
   int split_k1 = 1, split_k2 = 1;
+  // (sm90, set by the launch for its config) the kernel's divisors: its split (split_k1 or split_k2)
+  // and its m-blocks (weight units over the config's consumers)
+  FastDiv div_split, div_m_blocks;
   // Tail launch (sm90): 0, or the tile_tokens of the main launch whose experts' tails this one runs
   // (their rows from the last multiple of tail_of on; tiles numbered by ws.tail_start).
   int tail_of = 0;

@@ -56,6 +56,11 @@ Status launch_traits(const MoeGemmParams& p, int num_sms, cudaStream_t stream) {
   const int64_t max_tiles = p.max_tiles * m_blocks * split;
   if (max_tiles == 0) return Status::Ok();
   const unsigned grid = unsigned(std::min<int64_t>(int64_t(num_sms) * T::kCtasPerSm, max_tiles));
+  MoeGemmParams q = p;  // (with this config's divisors)
+  q.div_split = FastDiv(uint32_t(split));
+  q.div_m_blocks = FastDiv(uint32_t(m_blocks));
+  if (max_tiles >= (int64_t(1) << 31))
+    return internal_error("sm90: ", max_tiles, " work units do not fit the kernels' 32-bit tile arithmetic");
   if (p.direct_ids) {
     // (MoeLayer::forward sets it only where it applies; a bad combination is a bug, not bad input.)
     if constexpr (T::kGemm1 && T::kBN == 16 && !T::kRunsTails) {
@@ -64,13 +69,13 @@ Status launch_traits(const MoeGemmParams& p, int num_sms, cudaStream_t stream) {
           p.top_k > kDirectMaxK)
         return internal_error("sm90: direct GEMM1 with split-K ", split, ", tail_of ", p.tail_of, ", w4a4 ", p.w4a4,
                               ", weight on input ", p.weight_on_input, ", H ", p.hidden, ", top_k ", p.top_k);
-      return launch_kernel<T, true>(p, grid, stream);
+      return launch_kernel<T, true>(q, grid, stream);
     } else {
       return internal_error("sm90: no direct GEMM1 for config BN", T::kBN, "_C", T::kConsumers, " (GEMM",
                             T::kGemm1 ? 1 : 2, ")");
     }
   }
-  return launch_kernel<T, false>(p, grid, stream);
+  return launch_kernel<T, false>(q, grid, stream);
 }
 
 template <class T>

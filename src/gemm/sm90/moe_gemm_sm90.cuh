@@ -177,9 +177,10 @@ struct Sm90Traits {
   static constexpr bool kOverlaps = kBN == 16;
   // Keeps the plan's per-expert counts and first rows in shared memory beside tile_start (three
   // tables of kMaxLocalExperts + 1 words), so that a tile's lookup (find_tile_shared) waits for no
-  // global load: GEMM2's 16-token tiles only, which are short at decode (32 K chunks at DeepSeek-R1),
-  // so that each tile's setup is a visible share of their time. (GEMM1's tiles are 3.5x longer.)
-  static constexpr bool kSharedTileTables = kBN == 16 && !kGemm1;
+  // global load: the 16-token tiles of decode, where each tile's setup is a visible share of the time
+  // (a trace build at DeepSeek-R1 T=32: 1500-2700 cycles a tile to find it, 64-bit divisions
+  // included, with GEMM1's K loop 57000 and GEMM2's 17000).
+  static constexpr bool kSharedTileTables = kBN == 16;
 
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kAccRegs = kBN / 2;              // m64 x BN fp32 over 128 threads
@@ -771,10 +772,10 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   // launch_traits refuses a split past k_units. Re-checking here made ptxas spill the BN16 kernels.)
   const int split = T::kBN == 16 ? (T::kGemm1 ? p.split_k1 : p.split_k2) : 1;
   const int64_t num_work = num_tiles * split;
-  auto k_begin = [&](int64_t r) { return r * k_units / split; };
-  // GEMM2 skips those divisions when unsplit (every default forward): at decode its tiles are short
-  // (32 K chunks at DeepSeek-R1) and a tile's setup a visible share. (In GEMM1 the branch cost its
-  // BN16 K loop an instruction: it keeps the divisions.)
+  auto k_begin = [&](uint32_t r) { return int64_t(p.div_split.div(r * uint32_t(k_units))); };
+  // GEMM2 skips the split's division when unsplit (every default forward): at decode its tiles are
+  // short (32 K chunks at DeepSeek-R1) and a tile's setup a visible share. (In GEMM1 the branch cost
+  // its BN16 K loop an instruction: it keeps the division, a multiply-high since FastDiv.)
   const bool unsplit = !T::kGemm1 && split == 1;
 
   if (wg == 0) {
@@ -788,9 +789,11 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
     PipeState ps;
     int32_t ready_tile = -1;  // GEMM2 with overlap: the token tile whose intermediate rows are in
     for (int64_t w = blockIdx.x; w < num_work; w += gridDim.x) {
-      const int64_t t = unsplit ? w : w / split;
-      const int64_t k0 = unsplit ? 0 : k_begin(w % split), k1 = unsplit ? k_units : k_begin(w % split + 1);
-      const int32_t token_tile = int32_t(t / m_blocks);
+      // (32-bit tile arithmetic with the launch's divisors: launch_traits keeps the work below 2^31)
+      const uint32_t t = unsplit ? uint32_t(w) : p.div_split.div(uint32_t(w));
+      const uint32_t r = uint32_t(w) - t * uint32_t(split);  // this unit's K range
+      const int64_t k0 = unsplit ? 0 : k_begin(r), k1 = unsplit ? k_units : k_begin(r + 1);
+      const int32_t token_tile = int32_t(p.div_m_blocks.div(t));
       const TileCoord tc = kDirect                  ? direct_tile(tile_start, token_tile)
                            : T::kSharedTileTables ? find_tile_shared(p, tile_start, token_tile)
                                                   : find_tile<T::kRunsTails>(p, tile_start, token_tile);
@@ -800,7 +803,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
           wait_gemm1_units(p.ws.tile_done + token_tile, int32_t(p.g1.m_units()));
         }
       }
-      const int mb = int(t % m_blocks);
+      const int mb = int(t - uint32_t(token_tile) * uint32_t(m_blocks));
       const int valid_units = min(T::kConsumers, m_units - mb * T::kConsumers);
       const uint32_t b_bytes = kDirect ? uint32_t(tc.rows) * 128 : uint32_t(tile_bucket<T>(tc.rows)) * 128;
       const uint32_t w_bytes = valid_units * layout::kUnitBytes;
@@ -875,18 +878,18 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
                     if (tid == 0) for (int i = 0; i < 6; ++i) x.trace_acc[i] = 0;)
   PipeState ps;
   for (int64_t w = blockIdx.x; w < num_work; w += gridDim.x) {
-    const int64_t t = unsplit ? w : w / split;
     FP4MOE_TRACE_ONLY(const long long find_from = clock64();)
+    const uint32_t t = unsplit ? uint32_t(w) : p.div_split.div(uint32_t(w));  // (as the producer)
     x.tile = t;
-    x.split_index = unsplit ? 0 : int(w % split);
+    x.split_index = int(uint32_t(w) - t * uint32_t(split));
     x.k_units = __shfl_sync(0xffffffffu,
                             unsplit ? int(k_units) : int(k_begin(x.split_index + 1) - k_begin(x.split_index)), 0);
-    x.token_tile = int(t / m_blocks);
+    x.token_tile = int(p.div_m_blocks.div(t));
     TileCoord tc = kDirect                  ? direct_tile(tile_start, x.token_tile)
                    : T::kSharedTileTables ? find_tile_shared(p, tile_start, x.token_tile)
                                           : find_tile<T::kRunsTails>(p, tile_start, x.token_tile);
     tc.rows = __shfl_sync(0xffffffffu, tc.rows, 0);
-    const int mu = int(t % m_blocks) * T::kConsumers + x.c;
+    const int mu = int(t - uint32_t(x.token_tile) * uint32_t(m_blocks)) * T::kConsumers + x.c;
     const bool active = __shfl_sync(0xffffffffu, int(mu < m_units), 0) != 0;
     const int bucket = __shfl_sync(0xffffffffu, tile_bucket<T>(tc.rows), 0);
     FP4MOE_TRACE_ONLY(const long long consume_from = clock64();
