@@ -8,6 +8,8 @@ against before GPU time. Usage:
     scripts/sass-kloop.py                # compiles src/gemm/sm90/sm90_gemm{1,2}.cu (nvcc) and counts
     scripts/sass-kloop.py a.cubin ...    # counts these
 
+SASS_KLOOP_TOP=N lists the N most frequent opcodes of each loop (default 8).
+
 Needs cuobjdump: the CUDA toolkit's, or CUOBJDUMP=... (the GPU image has one; on a machine without,
 `pip install triton` carries one under triton/backends/nvidia/bin).
 """
