@@ -83,7 +83,8 @@ def main(cubins):
             for t in body:
                 op = (t.split()[1] if t.startswith("@") else t.split()[0]).split(".")[0]
                 ops[op] = ops.get(op, 0) + 1
-            top = " ".join(f"{k}:{v}" for k, v in sorted(ops.items(), key=lambda kv: -kv[1])[:int(os.environ.get("SASS_KLOOP_TOP", "8"))])
+            most = sorted(ops.items(), key=lambda kv: -kv[1])[: int(os.environ.get("SASS_KLOOP_TOP", "8"))]
+            top = " ".join(f"{k}:{v}" for k, v in most)
             if len(shapes) > 1:
                 kinds = " ".join(f"{k}:{v}" for k, v in sorted(shapes.items()))
                 print(f"{label}: {len(body)} in the loop, both paths ({mmas} wgmma: {kinds})  {top}")

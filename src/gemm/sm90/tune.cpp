@@ -78,7 +78,8 @@ Status TuneTable::load(const std::string& path, const std::string& device_name) 
     int e = 0, k = 0;
     std::string config;
     std::istringstream entry(line);
-    if (!(entry >> h >> i >> e >> k >> bucket >> config)) return bad("expected '<H> <I> <experts> <top-k> <bucket> <config>'");
+    if (!(entry >> h >> i >> e >> k >> bucket >> config))
+      return bad("expected '<H> <I> <experts> <top-k> <bucket> <config>'");
     if (!config_by_name(config))
       return bad("config '" + config + "' has no compiled kernel (renamed or removed since the table was written?); " +
                  "measure again with fp4moe-bench --tune");
