@@ -1,0 +1,97 @@
+# Steps for a session's GPU run script, to source from it (bench/results/runs/*.sh) instead of
+# copying the same preamble into each: sessions 16-18's scripts repeated it, which
+# `duplicates --change` listed every time. Run from the repository root on the GPU machine, over
+# what scripts/stage-gpu.sh packed into gpubin/. Each step appends to $log (default $OUT/run.txt)
+# with its exit status and seconds, and keeps its full output under $OUT; gpu_pack tars what is
+# there (the device tool returns at most 8 files). Usage:
+#
+#   source scripts/gpu-lib.sh
+#   gpu_init
+#   gpu_tests || { gpu_pack all; exit 1; }     # gpubin/bin/test_moe_gpu
+#   gpu_ab fast gpubin/bin/fp4moe-bench 200 deepseek-r1:1,8,32,128 qwen3-30b-a3b:8
+#   gpu_trace deepseek-r1:32,128               # gpubin/trace/fp4moe-bench (FP4MOE_STAGE_TRACE=1)
+#   gpu_sanitize memcheck 200; gpu_sanitize racecheck 200
+#   gpu_pack all
+#
+# env: GPU_AB_REPS (repetitions of each A/B, default 3), GPU_AB_BASE_BIN (default
+# gpubin/base/fp4moe-bench), GPU_SANITIZE_FILTER (default: the plan, hostile-routing, overlap,
+# split-K and DeepSeek-R1 tests, ~140-170 s under racecheck).
+out=${OUT:-/tmp/fp4moe-out}
+log=${log:-$out/run.txt}
+mkdir -p "$out"
+
+# _gpu_step NAME RC SECONDS: one line of the log per step
+_gpu_step() { echo "=== $1 exit $2 ($3 s)" >> "$log"; }
+
+# The binaries (gpubin/bin from its tarball, the gzipped extra builds), NCCL without NVLink
+# multicast, and the GPU's name, clock limit and power limit at the top of the log.
+gpu_init() {
+  [ -d gpubin/bin ] || tar -C gpubin -xzf gpubin/bin.tar.gz
+  bash scripts/gpu-unpack-builds.sh
+  export NCCL_NVLS_ENABLE=0
+  nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv >> "$log" 2>&1
+}
+
+# gpu_tests [TIMEOUT]: every test of gpubin/bin/test_moe_gpu; on failure the failing tests' output
+# goes to the log. Returns the test binary's status.
+gpu_tests() {
+  local s=$SECONDS rc
+  timeout "${1:-100}" gpubin/bin/test_moe_gpu > "$out/test_moe_gpu.txt" 2>&1
+  rc=$?
+  _gpu_step test_moe_gpu $rc $((SECONDS - s))
+  tail -2 "$out/test_moe_gpu.txt" >> "$log"
+  [ $rc = 0 ] || grep -B3 -A12 "Failure\|FAILED" "$out/test_moe_gpu.txt" | head -60 >> "$log"
+  return $rc
+}
+
+# gpu_ab NAME HEAD_BIN TIMEOUT PRESET:TOKENS...: scripts/gpu-ab.sh of HEAD_BIN against
+# GPU_AB_BASE_BIN (extra arguments: FP4MOE_AB_BASE_ARGS / FP4MOE_AB_HEAD_ARGS as there), its files
+# in $OUT/ab_NAME and its table in the log.
+gpu_ab() {
+  local name=$1 bin=$2 t=$3 s=$SECONDS rc
+  shift 3
+  OUT=$out/ab_$name FP4MOE_AB_REPS=${GPU_AB_REPS:-3} FP4MOE_AB_HEAD_BIN=$bin \
+    FP4MOE_AB_BASE_BIN=${GPU_AB_BASE_BIN:-gpubin/base/fp4moe-bench} \
+    timeout "$t" scripts/gpu-ab.sh "$@" > "$out/ab_${name}_log.txt" 2>&1
+  rc=$?
+  _gpu_step "ab $name" $rc $((SECONDS - s))
+  cat "$out/ab_$name/ab/summary.md" >> "$log" 2>/dev/null
+  # (a cut A/B leaves its JSON files: bench/ab_summary.py on $OUT/ab_NAME/ab makes the table)
+  return $rc
+}
+
+# gpu_trace PRESET:TOKENS... : the trace build's timeline and per-tile cycles, one preset each.
+gpu_trace() {
+  local spec s rc
+  for spec in "$@"; do
+    s=$SECONDS
+    timeout 60 gpubin/trace/fp4moe-bench --preset "${spec%%:*}" --tokens "${spec#*:}" --routing random --verbose \
+      --trace --json "$out/trace_${spec%%:*}.json" > "$out/trace_${spec%%:*}.txt" 2>&1
+    rc=$?
+    _gpu_step "trace $spec" $rc $((SECONDS - s))
+    grep -E "^ +[0-9]+ |gemm|cycles|path" "$out/trace_${spec%%:*}.txt" >> "$log"
+  done
+}
+
+# gpu_sanitize TOOL [TIMEOUT]: compute-sanitizer memcheck or racecheck on gpubin/bin/test_moe_gpu.
+gpu_sanitize() {
+  local tool=$1 t=${2:-200} s=$SECONDS rc
+  local filter=${GPU_SANITIZE_FILTER:-*Plan*:*HostileRouting*:*GemmOverlap*:*SplitK*:*deepseek*}
+  echo "=== $tool on $filter" >> "$log"
+  timeout "$t" compute-sanitizer --tool "$tool" --error-exitcode 3 gpubin/bin/test_moe_gpu --gtest_filter="$filter" \
+    > "$out/$tool.txt" 2>&1
+  rc=$?
+  _gpu_step "$tool" $rc $((SECONDS - s))
+  grep -E "SUMMARY|PASSED|FAILED|Error|hazard" "$out/$tool.txt" | head -10 >> "$log"
+  return $rc
+}
+
+# gpu_pack NAME: everything under $OUT but the log into $OUT/NAME.tgz (then removed).
+gpu_pack() {
+  local name=$1 items
+  items=$(cd "$out" && ls -A | grep -vxF -e "$(basename "$log")" -e "$name.tgz" | grep -v '\.tgz$')
+  [ -n "$items" ] || return 0
+  # (word splitting on purpose: the names are this library's own, without spaces)
+  # shellcheck disable=SC2086
+  (cd "$out" && tar czf "$name.tgz" $items && rm -rf $items)
+}
