@@ -777,6 +777,14 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   // short (32 K chunks at DeepSeek-R1) and a tile's setup a visible share. (In GEMM1 the branch cost
   // its BN16 K loop an instruction: it keeps the division, a multiply-high since FastDiv.)
   const bool unsplit = !T::kGemm1 && split == 1;
+  // Work unit w's tile, and a token tile's expert and rows, as the producer and the consumers both
+  // derive them (32-bit with the launch's divisors: launch_traits keeps the work below 2^31).
+  auto tile_of = [&](int64_t w) { return unsplit ? uint32_t(w) : p.div_split.div(uint32_t(w)); };
+  auto coord_of = [&](int32_t token_tile) {
+    return kDirect                  ? direct_tile(tile_start, token_tile)
+           : T::kSharedTileTables ? find_tile_shared(p, tile_start, token_tile)
+                                  : find_tile<T::kRunsTails>(p, tile_start, token_tile);
+  };
 
   if (wg == 0) {
     // ---- Producer --------------------------------------------------------------------------------
@@ -789,14 +797,11 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
     PipeState ps;
     int32_t ready_tile = -1;  // GEMM2 with overlap: the token tile whose intermediate rows are in
     for (int64_t w = blockIdx.x; w < num_work; w += gridDim.x) {
-      // (32-bit tile arithmetic with the launch's divisors: launch_traits keeps the work below 2^31)
-      const uint32_t t = unsplit ? uint32_t(w) : p.div_split.div(uint32_t(w));
+      const uint32_t t = tile_of(w);
       const uint32_t r = uint32_t(w) - t * uint32_t(split);  // this unit's K range
       const int64_t k0 = unsplit ? 0 : k_begin(r), k1 = unsplit ? k_units : k_begin(r + 1);
       const int32_t token_tile = int32_t(p.div_m_blocks.div(t));
-      const TileCoord tc = kDirect                  ? direct_tile(tile_start, token_tile)
-                           : T::kSharedTileTables ? find_tile_shared(p, tile_start, token_tile)
-                                                  : find_tile<T::kRunsTails>(p, tile_start, token_tile);
+      const TileCoord tc = coord_of(token_tile);
       if constexpr (!T::kGemm1) {
         if (T::kOverlaps && p.overlap && token_tile != ready_tile) {
           ready_tile = token_tile;
@@ -879,15 +884,13 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   PipeState ps;
   for (int64_t w = blockIdx.x; w < num_work; w += gridDim.x) {
     FP4MOE_TRACE_ONLY(const long long find_from = clock64();)
-    const uint32_t t = unsplit ? uint32_t(w) : p.div_split.div(uint32_t(w));  // (as the producer)
+    const uint32_t t = tile_of(w);
     x.tile = t;
     x.split_index = int(uint32_t(w) - t * uint32_t(split));
     x.k_units = __shfl_sync(0xffffffffu,
                             unsplit ? int(k_units) : int(k_begin(x.split_index + 1) - k_begin(x.split_index)), 0);
     x.token_tile = int(p.div_m_blocks.div(t));
-    TileCoord tc = kDirect                  ? direct_tile(tile_start, x.token_tile)
-                   : T::kSharedTileTables ? find_tile_shared(p, tile_start, x.token_tile)
-                                          : find_tile<T::kRunsTails>(p, tile_start, x.token_tile);
+    TileCoord tc = coord_of(x.token_tile);
     tc.rows = __shfl_sync(0xffffffffu, tc.rows, 0);
     const int mu = int(t - uint32_t(x.token_tile) * uint32_t(m_blocks)) * T::kConsumers + x.c;
     const bool active = __shfl_sync(0xffffffffu, int(mu < m_units), 0) != 0;
