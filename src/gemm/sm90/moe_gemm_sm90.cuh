@@ -747,13 +747,18 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
       pdl_launch_dependents();
     }
     const int32_t* plan_tiles = T::kRunsTails && p.tail_of > 0 ? p.ws.tail_start : p.ws.tile_start;
-    for (int i = threadIdx.x; i <= p.num_local_experts; i += blockDim.x) tile_start[i] = __ldcg(&plan_tiles[i]);
-    if constexpr (T::kSharedTileTables) {
-      static_assert(!T::kRunsTails, "find_tile_shared has no tail launch");
-      for (int i = threadIdx.x; i < p.num_local_experts; i += blockDim.x) {
-        tile_start[kMaxLocalExperts + 1 + i] = __ldcg(&p.ws.counts[i]);
-        tile_start[2 * (kMaxLocalExperts + 1) + i] = __ldcg(&p.ws.seg_start[i]);
+    // One loop that loads a thread's words before it stores any: with a loop per table, ptxas
+    // issued the second loop's loads after the first loop's stores (two round trips to L2). (counts
+    // and seg_start have num_local_experts + 1 words too: the last ones are copied, never read.)
+    static_assert(!T::kSharedTileTables || !T::kRunsTails, "find_tile_shared has no tail launch");
+    for (int i = threadIdx.x; i <= p.num_local_experts; i += blockDim.x) {
+      const int32_t tiles = __ldcg(&plan_tiles[i]);
+      if constexpr (T::kSharedTileTables) {
+        const int32_t count = __ldcg(&p.ws.counts[i]), seg = __ldcg(&p.ws.seg_start[i]);
+        tile_start[kMaxLocalExperts + 1 + i] = count;
+        tile_start[2 * (kMaxLocalExperts + 1) + i] = seg;
       }
+      tile_start[i] = tiles;
     }
   }
   __syncthreads();
