@@ -6,8 +6,10 @@
 // second) and the bf16 matmul rate (cuBLAS, 8192^3) sustained, i.e. after 1.5 s of back-to-back
 // GEMMs (a loaded H200 runs into its power cap, and its SM clock drops from ~1.98 GHz to ~1.4-1.5;
 // the rate of a cold burst is reported too). Per token count: median latency of stream launches and
-// of CUDA-graph replays (device events, after a warm-up of at least --warmup launches and
-// --warmup-ms milliseconds, at most 200 ms under --tune; inputs rotated over more than 3x L2),
+// of CUDA-graph replays (device events, after a warm-up of at least --warmup launches of each and
+// --warmup-ms milliseconds, at most 200 ms under --tune; the two timed alternately, 10 launches of
+// one then 10 of the other, so that both run in the same power state; inputs rotated over more
+// than 3x L2),
 // effective TB/s over the bytes of the experts the routing touched, TFLOP/s, and the ratio to the
 // floor = max(touched expert bytes / copy bandwidth, FLOPs / sustained matmul rate). --check
 // compares a sample of tokens with the fp64 reference. --clocks reads the SM clock and the board's
@@ -515,54 +517,44 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
   cudaEvent_t e0, e1;
   CHECK_CUDA(cudaEventCreate(&e0));
   CHECK_CUDA(cudaEventCreate(&e1));
-  std::vector<cudaEvent_t> b2b_events(o.back_to_back ? size_t(o.iters) + 1 : 0);
+  // Stream launches and graph replays are timed alternately, kBlock launches of one then of the
+  // other, after one warm-up of both, so that both see the same clocks and power state. (Timed one
+  // after the other, the graph replays came second and ran at a lower SM clock: 1725-1800 against
+  // 1890-1920 MHz at DeepSeek-R1 T=8 with 50 launches each, session 18's run 1.)
+  constexpr int kBlock = 10;
+  std::vector<cudaEvent_t> b2b_events(o.back_to_back ? size_t(kBlock) + 1 : 0);
   for (cudaEvent_t& e : b2b_events) CHECK_CUDA(cudaEventCreate(&e));
-  auto time_it = [&](auto&& launch, bench::ClockStats* clock_stats) {
-    // At least o.warmup launches and o.warmup_ms of wall time (synchronizing every 16 launches, so
-    // that the GPU has been busy for about that long), as the sustained matmul ceiling is measured.
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < o.warmup ||
-                    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() <
-                        o.warmup_ms;
-         ++i) {
-      launch(i % num_sets);
-      if (i % 16 == 15) CHECK_CUDA(cudaStreamSynchronize(stream));
-    }
-    std::vector<double> ms;
-    if (clocks) clocks->start();
+  // n timed launches of one kind, their times appended to *ms.
+  auto time_block = [&](auto&& launch, int first, int n, std::vector<double>* ms) {
     if (o.back_to_back) {
       // Every launch queued behind the one before, an event between each two: launch i's time is
       // event i to event i + 1, and the device does not wait for the host between launches (as inside
       // a model's forward) as long as the host enqueues faster than a launch runs.
       CHECK_CUDA(cudaEventRecord(b2b_events[0], stream));
-      for (int i = 0; i < o.iters; ++i) {
-        launch(i % num_sets);
+      for (int i = 0; i < n; ++i) {
+        launch((first + i) % num_sets);
         CHECK_CUDA(cudaEventRecord(b2b_events[size_t(i) + 1], stream));
       }
-      CHECK_CUDA(cudaEventSynchronize(b2b_events[size_t(o.iters)]));
-      for (int i = 0; i < o.iters; ++i) {
+      CHECK_CUDA(cudaEventSynchronize(b2b_events[size_t(n)]));
+      for (int i = 0; i < n; ++i) {
         float t;
         CHECK_CUDA(cudaEventElapsedTime(&t, b2b_events[size_t(i)], b2b_events[size_t(i) + 1]));
-        ms.push_back(t);
+        ms->push_back(t);
       }
     } else {
       // One launch at a time: the host waits for each, so each starts on an idle device and its time
       // includes the launch's own latency after the first event.
-      for (int i = 0; i < o.iters; ++i) {
+      for (int i = 0; i < n; ++i) {
         CHECK_CUDA(cudaEventRecord(e0, stream));
-        launch(i % num_sets);
+        launch((first + i) % num_sets);
         CHECK_CUDA(cudaEventRecord(e1, stream));
         CHECK_CUDA(cudaEventSynchronize(e1));
         float t;
         CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
-        ms.push_back(t);
+        ms->push_back(t);
       }
     }
-    if (clocks) *clock_stats = clocks->stop();
-    return median(ms);
   };
-  row.stream_ms = time_it([&](int s) { CHECK_OK(layer.forward(args(s), ws, layer.workspace_bytes(), stream)); },
-                          &row.stream_clocks);
   std::vector<cudaGraphExec_t> graphs(num_sets);
   for (int s = 0; s < num_sets; ++s) {
     cudaGraph_t g;
@@ -572,7 +564,34 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
     CHECK_CUDA(cudaGraphInstantiate(&graphs[s], g, 0));
     CHECK_CUDA(cudaGraphDestroy(g));
   }
-  row.graph_ms = time_it([&](int s) { CHECK_CUDA(cudaGraphLaunch(graphs[s], stream)); }, &row.graph_clocks);
+  auto stream_launch = [&](int s) { CHECK_OK(layer.forward(args(s), ws, layer.workspace_bytes(), stream)); };
+  auto graph_launch = [&](int s) { CHECK_CUDA(cudaGraphLaunch(graphs[s], stream)); };
+  {
+    // At least o.warmup launches of each and o.warmup_ms of wall time (synchronizing every 16
+    // launches, so that the GPU has been busy for about that long), as the sustained matmul ceiling
+    // is measured.
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 2 * o.warmup ||
+                    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() <
+                        o.warmup_ms;
+         ++i) {
+      if (i % 2 == 0) stream_launch((i / 2) % num_sets);
+      else graph_launch((i / 2) % num_sets);
+      if (i % 16 == 15) CHECK_CUDA(cudaStreamSynchronize(stream));
+    }
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    std::vector<double> stream_ms, graph_ms;
+    if (clocks) clocks->start();
+    for (int done = 0; done < o.iters; done += kBlock) {
+      const int n = std::min(kBlock, o.iters - done);
+      time_block(stream_launch, done, n, &stream_ms);
+      time_block(graph_launch, done, n, &graph_ms);
+    }
+    // (one reading over both: they alternate too often to be told apart)
+    if (clocks) row.stream_clocks = row.graph_clocks = clocks->stop();
+    row.stream_ms = median(stream_ms);
+    row.graph_ms = median(graph_ms);
+  }
   CHECK_OK(layer.check_device_errors(ws, stream));
 #if FP4MOE_TRACE
   if (o.trace) {
@@ -663,7 +682,8 @@ void write_json(const Options& o, const MoeProblem& p, const char* gpu, const Ce
     << ", \"bf16_mm_method\": \"cuBLAS 8192^3, median of 30 after 1.5 s of back-to-back GEMMs"
     << " (burst: of 10 from idle)\""
     << "},\n  \"warmup_ms\": " << o.warmup_ms << ",\n  \"timing\": \""
-    << (o.back_to_back ? "back-to-back" : "one launch at a time") << "\",\n  \"rows\": [\n";
+    << (o.back_to_back ? "back-to-back" : "one launch at a time")
+    << ", stream and graph alternating in blocks of 10\",\n  \"rows\": [\n";
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
     f << "    {\"T\": " << r.tokens << ", \"active_experts\": " << r.active_experts << ", \"stream_ms\": " << r.stream_ms
@@ -889,15 +909,12 @@ int main(int argc, char** argv) {
       std::printf("        path %s | %s | %s | %s\n", to_string(r.kernel.path), r.kernel.regime.c_str(),
                   r.kernel.gemm1.c_str(), r.kernel.gemm2.c_str());
     if (clocks) {
-      const bench::ClockStats& g = r.graph_clocks;
-      const bench::ClockStats& st = r.stream_clocks;
+      const bench::ClockStats& g = r.graph_clocks;  // (the same reading as r.stream_clocks)
       auto watts = [](const bench::ClockStats& c) {
         return c.power_w >= 0 ? std::to_string(int(c.power_w + 0.5)) + " W" : std::string("power n/a");
       };
-      std::printf("        clocks: graph replay SM %.0f MHz (min %.0f, max %.0f; %d reads), %s; stream launches "
-                  "SM %.0f MHz (%d reads), %s\n",
-                  g.sm_mhz_mean, g.sm_mhz_min, g.sm_mhz_max, g.samples, watts(g).c_str(), st.sm_mhz_mean,
-                  st.samples, watts(st).c_str());
+      std::printf("        clocks: stream launches and graph replays SM %.0f MHz (min %.0f, max %.0f; %d reads), %s\n",
+                  g.sm_mhz_mean, g.sm_mhz_min, g.sm_mhz_max, g.samples, watts(g).c_str());
     }
 #if FP4MOE_TRACE
     if (o.trace) {
