@@ -9,14 +9,14 @@
 // of CUDA-graph replays (device events, after a warm-up of at least --warmup launches of each and
 // --warmup-ms milliseconds, at most 200 ms under --tune; the two timed alternately, 10 launches of
 // one then 10 of the other, so that both run in the same power state; inputs rotated over more than
-// 3x L2 across both), effective TB/s over the bytes of the experts the routing touched, TFLOP/s, and the ratio to the
-// floor = max(touched expert bytes / copy bandwidth, FLOPs / sustained matmul rate). --check
-// compares a sample of tokens with the fp64 reference. --clocks reads the SM clock and the board's
-// energy (NVML, tools/gpu_clocks.h) over each token count's timed launches. By default the host
-// waits for each timed launch before the next, so each starts on an idle GPU and its time includes
-// its own launch latency; --back-to-back queues them behind each other, as a model's layers run, and
-// times each from the event before it to the event after it. Without a GPU it says so and runs the
-// CPU reference on a scaled-down preset instead.
+// 3x L2 across both), effective TB/s over the bytes of the experts the routing touched, TFLOP/s,
+// and the ratio to the floor = max(touched expert bytes / copy bandwidth, FLOPs / sustained matmul
+// rate). --check compares a sample of tokens with the fp64 reference. --clocks reads the SM clock
+// and the board's energy (NVML, tools/gpu_clocks.h) over each token count's timed launches. By
+// default the host waits for each timed launch before the next, so each starts on an idle GPU and
+// its time includes its own launch latency; --back-to-back queues them behind each other, as a
+// model's layers run, and times each from the event before it to the event after it. Without a GPU
+// it says so and runs the CPU reference on a scaled-down preset instead.
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -691,8 +691,9 @@ void write_json(const Options& o, const MoeProblem& p, const char* gpu, const Ce
     << ", stream and graph alternating in blocks of " << kTimingBlock << "\",\n  \"rows\": [\n";
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
-    f << "    {\"T\": " << r.tokens << ", \"active_experts\": " << r.active_experts << ", \"stream_ms\": " << r.stream_ms
-      << ", \"graph_ms\": " << r.graph_ms << ", \"floor_ms\": " << r.floor_ms << ", \"floor_bytes_ms\": "
+    f << "    {\"T\": " << r.tokens << ", \"active_experts\": " << r.active_experts
+      << ", \"stream_ms\": " << r.stream_ms << ", \"graph_ms\": " << r.graph_ms
+      << ", \"floor_ms\": " << r.floor_ms << ", \"floor_bytes_ms\": "
       << r.floor_bytes_ms << ", \"floor_flops_ms\": " << r.floor_flops_ms << ", \"ratio_to_floor\": "
       << (r.floor_ms > 0 ? r.graph_ms / r.floor_ms : 0) << ", \"touched_GB\": " << r.touched_gb
       << ", \"GFLOP\": " << r.gflop << ", \"TBps\": " << (r.graph_ms > 0 ? r.touched_gb / r.graph_ms : 0)
