@@ -326,8 +326,9 @@ struct Row {
   double check_error = -1;
   bool check_pass = true;
   KernelInfo kernel;
-  // --clocks: the SM clock and board power sampled over the timed launches (after the warm-up)
-  bench::ClockStats stream_clocks, graph_clocks;
+  // --clocks: the SM clock and board power sampled over the timed launches (after the warm-up; one
+  // reading for the stream launches and graph replays, which alternate)
+  bench::ClockStats clocks;
   // --trace: per kernel of src/common/trace.h, in us from the first traced kernel's start: first
   // start, first and last return from its griddepcontrol.wait (-1 where none waited), last end, last
   // start, first end; -1 everywhere for a kernel that did not run.
@@ -519,12 +520,11 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
   cudaEvent_t e0, e1;
   CHECK_CUDA(cudaEventCreate(&e0));
   CHECK_CUDA(cudaEventCreate(&e1));
-  // Stream launches and graph replays are timed alternately, kBlock launches of one then of the
+  // Stream launches and graph replays are timed alternately, kTimingBlock launches of one then of the
   // other, after one warm-up of both, so that both see the same clocks and power state. (Timed one
   // after the other, the graph replays came second and ran at a lower SM clock: 1725-1800 against
   // 1890-1920 MHz at DeepSeek-R1 T=8 with 50 launches each, session 18's run 1.)
-  constexpr int kBlock = kTimingBlock;
-  std::vector<cudaEvent_t> b2b_events(o.back_to_back ? size_t(kBlock) + 1 : 0);
+  std::vector<cudaEvent_t> b2b_events(o.back_to_back ? size_t(kTimingBlock) + 1 : 0);
   for (cudaEvent_t& e : b2b_events) CHECK_CUDA(cudaEventCreate(&e));
   // n timed launches of one kind, their times appended to *ms.
   auto time_block = [&](auto&& launch, int first, int n, std::vector<double>* ms) {
@@ -586,14 +586,14 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
     CHECK_CUDA(cudaStreamSynchronize(stream));
     std::vector<double> stream_ms, graph_ms;
     if (clocks) clocks->start();
-    for (int done = 0; done < o.iters; done += kBlock) {
-      const int n = std::min(kBlock, o.iters - done);
+    for (int done = 0; done < o.iters; done += kTimingBlock) {
+      const int n = std::min(kTimingBlock, o.iters - done);
       // (input sets in one rotation across both kinds: a set's next use is num_sets launches later)
       time_block(stream_launch, 2 * done, n, &stream_ms);
       time_block(graph_launch, 2 * done + n, n, &graph_ms);
     }
     // (one reading over both: they alternate too often to be told apart)
-    if (clocks) row.stream_clocks = row.graph_clocks = clocks->stop();
+    if (clocks) row.clocks = clocks->stop();
     row.stream_ms = median(stream_ms);
     row.graph_ms = median(graph_ms);
   }
@@ -703,8 +703,9 @@ void write_json(const Options& o, const MoeProblem& p, const char* gpu, const Ce
       << "\", \"regime\": \"" << r.kernel.regime << "\"";
     if (o.clocks) {  // (absent figures are null: no clock read or no energy counter)
       auto num = [&](bool have, double v) { return have ? std::to_string(v) : std::string("null"); };
-      const bench::ClockStats& g = r.graph_clocks;
-      const bench::ClockStats& st = r.stream_clocks;
+      // (the keys of the time when stream launches and graph replays had a reading each)
+      const bench::ClockStats& g = r.clocks;
+      const bench::ClockStats& st = r.clocks;
       f << ", \"clocks\": {\"graph_samples\": " << g.samples << ", \"graph_sm_mhz_mean\": "
         << num(g.samples > 0, g.sm_mhz_mean) << ", \"graph_sm_mhz_min\": " << num(g.samples > 0, g.sm_mhz_min)
         << ", \"graph_sm_mhz_max\": " << num(g.samples > 0, g.sm_mhz_max)
@@ -916,7 +917,7 @@ int main(int argc, char** argv) {
       std::printf("        path %s | %s | %s | %s\n", to_string(r.kernel.path), r.kernel.regime.c_str(),
                   r.kernel.gemm1.c_str(), r.kernel.gemm2.c_str());
     if (clocks) {
-      const bench::ClockStats& g = r.graph_clocks;  // (the same reading as r.stream_clocks)
+      const bench::ClockStats& g = r.clocks;
       auto watts = [](const bench::ClockStats& c) {
         return c.power_w >= 0 ? std::to_string(int(c.power_w + 0.5)) + " W" : std::string("power n/a");
       };
