@@ -1103,6 +1103,48 @@ TEST(MoeGpu, SplitKOnExpertParallelShardsWithUnequalRanges) {
   }
 }
 
+// LayerOptions::max_sms: the GEMMs' persistent grids on at most that many SMs (more rounds of tiles
+// a CTA, other configs where the SM count enters the choice). The same bits as on all SMs, and the
+// reference; a negative limit is refused when the layer is made.
+TEST(MoeGpu, MaxSmsGivesTheSameBits) {
+  FP4MOE_REQUIRE_GPU();
+  MoeProblem p;
+  ASSERT_NO_FATAL_FAILURE(small_deepseek(Mode::kW4A16, 64, &p));
+  const uint64_t seed = testing::test_seed() + 61;
+  const HostMoeWeights hw = make_random_weights(p, seed);
+  std::unique_ptr<MoeLayer> layers[3];
+  const int limits[3] = {0, 5, 1};
+  for (int i = 0; i < 3; ++i) {
+    LayerOptions opt;
+    opt.path = KernelPath::kSm90;
+    opt.max_sms = limits[i];
+    Status st = MoeLayer::create_dummy(p, seed, opt, &layers[i]);
+    if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.to_string();
+    ASSERT_OK(st);
+  }
+  auto rng = make_rng(seed);
+  for (int64_t T : {1, 9, 64}) {
+    const auto hidden = testing::random_hidden(rng, T, p.hidden_size);
+    const auto logits = testing::random_logits(rng, T, p.num_experts());
+    GpuRun runs[3];
+    for (int i = 0; i < 3; ++i) {
+      run_forward(*layers[i], hidden, logits, T, &runs[i]);
+      ASSERT_FALSE(HasFatalFailure());
+    }
+    const std::string what = "T=" + std::to_string(T);
+    expect_matches_reference(p, hw, {}, hidden, runs[0], T, what);
+    for (int i = 1; i < 3; ++i)
+      EXPECT_EQ(std::memcmp(runs[i].out.data(), runs[0].out.data(), runs[0].out.size() * 2), 0)
+          << what << ": max_sms = " << limits[i] << " differs from all SMs";
+  }
+  LayerOptions bad;
+  bad.max_sms = -2;
+  std::unique_ptr<MoeLayer> none;
+  const Status st = MoeLayer::create_dummy(p, seed, bad, &none);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("max_sms = -2"), std::string::npos) << st.message();
+}
+
 TEST(MoeGpu, ForwardRejectsBadArgumentsBeforeLaunching) {
   FP4MOE_REQUIRE_GPU();
   MoeProblem p;

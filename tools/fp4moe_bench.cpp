@@ -77,6 +77,7 @@ struct Options {
   bool tail_tiles = true;       // --no-tail-tiles: LayerOptions::tail_tiles off
   bool gemm_overlap = true;     // --no-gemm-overlap: LayerOptions::gemm_overlap off
   bool direct_gemm1 = true;     // --no-direct-gemm1: LayerOptions::direct_gemm1 off
+  int max_sms = 0;              // --max-sms N: LayerOptions::max_sms
   std::string dump_routing;     // --dump-routing DIR: each token count's routing for bench/peers_torch.py
   bool trace = false;           // --trace: each kernel's timeline in one graph replay (FP4MOE_TRACE builds)
   bool clocks = false;          // --clocks: the SM clock and power over each timing loop (NVML, tools/gpu_clocks.h)
@@ -92,7 +93,8 @@ struct Options {
                "                    [--warmup-ms MS] [--seed N] [--scale F] [--routing model|random]\n"
                "                    [--tune FILE [--tune-only NAME,NAME]] [--tune-file FILE]\n"
                "                    [--checkpoint DIR [--layer L]]\n"
-               "                    [--split-k] [--no-tail-tiles] [--no-gemm-overlap] [--no-direct-gemm1] [--verbose]\n"
+               "                    [--split-k] [--no-tail-tiles] [--no-gemm-overlap] [--no-direct-gemm1] [--max-sms N]\n"
+               "                    [--verbose]\n"
                "                    [--dump-routing DIR] [--trace] [--clocks] [--back-to-back]\n",
                msg);
   std::exit(2);
@@ -167,6 +169,10 @@ Options parse(int argc, char** argv) {
     else if (a == "--no-tail-tiles") o.tail_tiles = false;
     else if (a == "--no-gemm-overlap") o.gemm_overlap = false;
     else if (a == "--no-direct-gemm1") o.direct_gemm1 = false;
+    else if (a == "--max-sms") {
+      o.max_sms = int(integer(value()));
+      if (o.max_sms < 1) usage(("--max-sms = " + std::to_string(o.max_sms) + " must be >= 1").c_str());
+    }
     else if (a == "--dump-routing") o.dump_routing = value();
     else if (a == "--json") o.json = value();
     else if (a == "--iters") o.iters = std::max<int>(1, int(integer(value())));
@@ -681,6 +687,7 @@ void write_json(const Options& o, const MoeProblem& p, const char* gpu, const Ce
     << ",\n  \"tail_tiles\": " << (o.tail_tiles ? "true" : "false")
     << ",\n  \"gemm_overlap\": " << (o.gemm_overlap ? "true" : "false")
     << ",\n  \"direct_gemm1\": " << (o.direct_gemm1 ? "true" : "false")
+    << ",\n  \"max_sms\": " << o.max_sms
     << ",\n  \"routing\": \"" << (o.random_routing ? "random" : "model")
     << "\",\n  \"ceilings\": {\"copy_TBps\": " << c.copy_tbps
     << ", \"bf16_mm_TFLOPs\": " << c.bf16_tflops << ", \"bf16_mm_burst_TFLOPs\": " << c.bf16_burst_tflops
@@ -851,6 +858,7 @@ int main(int argc, char** argv) {
   lo.tail_tiles = o.tail_tiles;
   lo.gemm_overlap = o.gemm_overlap;
   lo.direct_gemm1 = o.direct_gemm1;
+  lo.max_sms = o.max_sms;
   std::unique_ptr<MoeLayer> layer;
   const HostMoeWeights* host = o.checkpoint.empty() ? nullptr : &loaded;
   auto make_layer = [&] {

@@ -56,6 +56,11 @@ struct LayerOptions {
   // does not run; the plan runs beside GEMM1 in one CTA, for GEMM2 and the combine. Same bits either way (also for ids out of range or repeated); off
   // only to measure it. KernelInfo::gemm1 says ", direct with precomputed routing" where it applies.
   bool direct_gemm1 = true;
+  // The most SMs the sm90 GEMMs occupy (0: all of the device's). Their grids are persistent, one CTA
+  // an SM, so a limit leaves the remaining SMs to kernels that run beside the layer on other streams
+  // (communication, attention); it enters the config choice as the SM count. The plan, permute and
+  // finalize kernels are short and keep their own grids. Same bits either way.
+  int max_sms = 0;
 };
 
 struct ForwardArgs {

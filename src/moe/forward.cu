@@ -149,13 +149,14 @@ static Status build_layer(const MoeProblem& problem, const LayerOptions& options
                           const std::function<Status(const WeightShard&, DeviceWeights*)>& make_weights,
                           MoeLayer::Impl* impl) {
   FP4MOE_RETURN_IF_ERROR(validate(problem));
+  if (options.max_sms < 0) return invalid_argument("LayerOptions::max_sms = ", options.max_sms, " must be >= 0");
   impl->problem = problem;
   impl->options = options;
   FP4MOE_RETURN_IF_ERROR(make_shard(problem, options, &impl->shard));
   FP4MOE_CUDA_RETURN(cudaGetDevice(&impl->device));
   DeviceInfo info;
   FP4MOE_RETURN_IF_ERROR(current_device_info(&info));
-  impl->num_sms = info.num_sms;
+  impl->num_sms = options.max_sms > 0 && options.max_sms < info.num_sms ? options.max_sms : info.num_sms;
   FP4MOE_RETURN_IF_ERROR(resolve_path(options.path, info, &impl->path));
   if (!options.tune_file.empty()) FP4MOE_RETURN_IF_ERROR(impl->tune.load(options.tune_file, info.name));
   FP4MOE_RETURN_IF_ERROR(make_weights(impl->shard, &impl->weights));
