@@ -256,6 +256,22 @@ __device__ __forceinline__ int tile_bucket(int rows) {
   return T::kSmallN > 0 && rows <= T::kSmallN ? T::kSmallN : T::kBN;
 }
 
+// The token rows a tile's MMAs read: its bucket's wgmma N, narrowed as consume_tile narrows it
+// (NarrowN). The producer copies only these rows of each K chunk: at decode a tile of at most 8
+// tokens (m64n8k16) needs half of the 16-row token tile, 1 KB of a chunk's 10.2 KB. The rows past
+// the tile's own hold what the slot held before; their columns are never stored.
+template <class T>
+__device__ __forceinline__ int tile_mma_rows(int rows) {
+  auto narrowed = [rows](auto n_tag) {
+    constexpr int n = decltype(n_tag)::value, a = NarrowN<n>::kA, b = NarrowN<n>::kB;
+    return a > 0 && rows <= a ? a : b > 0 && rows <= b ? b : n;
+  };
+  if constexpr (T::kSmallN > 0) {
+    if (rows <= T::kSmallN) return narrowed(std::integral_constant<int, T::kSmallN>{});
+  }
+  return narrowed(std::integral_constant<int, T::kBN>{});
+}
+
 // find_tile from the shared-memory copies of the plan's tables (Sm90Traits::kSharedTileTables):
 // tables holds tile_start, counts and seg_start, kMaxLocalExperts + 1 words each. (No tail launch:
 // those run 32-token tiles.)
@@ -815,7 +831,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
       }
       const int mb = int(t - uint32_t(token_tile) * uint32_t(m_blocks));
       const int valid_units = min(T::kConsumers, m_units - mb * T::kConsumers);
-      const uint32_t b_bytes = kDirect ? uint32_t(tc.rows) * 128 : uint32_t(tile_bucket<T>(tc.rows)) * 128;
+      const uint32_t b_bytes = kDirect ? uint32_t(tc.rows) * 128 : uint32_t(tile_mma_rows<T>(tc.rows)) * 128;
       const uint32_t w_bytes = valid_units * layout::kUnitBytes;
       for (int64_t ku = k0; ku < k1; ku += T::kChunks) {
         const int n = k1 - ku < T::kChunks ? int(k1 - ku) : T::kChunks;  // chunks in this stage
