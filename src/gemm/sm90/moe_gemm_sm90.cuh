@@ -196,8 +196,17 @@ struct Sm90Traits {
   static constexpr int kOffRowWeight = kOffStaging + kConsumers * kStagingBytes;  // [kConsumers][kBN] fp32
   // int32 [kMaxLocalExperts + 1]: tile_start; with kSharedTileTables, then counts and seg_start
   static constexpr int kOffTileStart = kOffRowWeight + kConsumers * kBN * 4;
-  static constexpr int kOffBars =
+  // The decode kernels' hand-off of each work unit's tile from the producer to the consumers, which
+  // then do no lookup of their own: [kStages] int4 of (local expert, first row, rows, token tile),
+  // in the slot of the unit's first stage. The producer writes it between its wait on that stage's
+  // empty barrier and its arrival on the full one; the consumers read it after their wait on the
+  // full barrier, before they release the stage. GEMM2 only, where decode tiles are short (32 K
+  // chunks at DeepSeek-R1, 12 at Qwen3-30B): in GEMM1's BN16 kernels it cost the K loop 6 SASS
+  // instructions per four chunks, and in the 4-consumer BN128 a spill inside the K loop.
+  static constexpr bool kTileHandoff = kBN == 16 && !kGemm1;
+  static constexpr int kOffTileInfo =
       kOffTileStart + ((kSharedTileTables ? 3 : 1) * (kMaxLocalExperts + 1) * 4 + 15) / 16 * 16;
+  static constexpr int kOffBars = kOffTileInfo + (kTileHandoff ? kStages * 16 : 0);
   // full[kStages], empty[kStages], then one sink barrier that takes the releases of "no previous
   // stage" (a tile's first stage), so that the K loop releases unconditionally; nobody waits on it.
   static constexpr int kSmemBytes = kOffBars + (2 * kStages + 1) * 8 + 1024;  // + alignment slack
@@ -700,7 +709,7 @@ __device__ __forceinline__ TileCoord direct_tile(const int32_t* table, int64_t t
 template <class T, bool kDirect = false>
 __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kernel(const MoeGemmParams p) {
   static_assert(!kDirect || (T::kGemm1 && T::kBN == 16 && !T::kRunsTails), "direct GEMM1: BN16 GEMM1 only");
-  static_assert(!kDirect || (1 + 3 * kDirectMaxK) * 4 <= T::kOffBars - T::kOffTileStart, "direct table");
+  static_assert(!kDirect || (1 + 3 * kDirectMaxK) * 4 <= T::kOffTileInfo - T::kOffTileStart, "direct table");
   static_assert(!kDirect || 3 * kDirectMaxK * 4 <= T::kStagingBytes, "direct table scratch");
   static_assert(!kDirect || kDirectMaxK <= T::kBN, "direct GEMM1: one tile an expert (an id at most top_k times)");
   extern __shared__ uint8_t smem_raw[];
@@ -708,6 +717,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + T::kOffBars);
   uint64_t* empty = full + T::kStages;
   int32_t* tile_start = reinterpret_cast<int32_t*>(smem + T::kOffTileStart);
+  int4* const tile_info = reinterpret_cast<int4*>(smem + T::kOffTileInfo);
   FP4MOE_TRACE_CTA(p.ws.trace, T::kGemm1 ? (p.tail_of > 0 ? kTraceGemm1Tail : kTraceGemm1)
                                          : (p.tail_of > 0 ? kTraceGemm2Tail : kTraceGemm2));
   FP4MOE_TRACE_ONLY(
@@ -838,6 +848,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
         FP4MOE_TRACE_ONLY(const long long wait_from = clock64();)
         mbar_wait(&empty[ps.stage], ps.phase ^ 1);
         FP4MOE_TRACE_ONLY(trace_producer_wait += (unsigned long long)(clock64() - wait_from);)
+        if (T::kTileHandoff && ku == k0) tile_info[ps.stage] = make_int4(tc.expert, tc.row0, tc.rows, token_tile);
         mbar_arrive_expect_tx(&full[ps.stage], uint32_t(n) * (b_bytes + w_bytes));
         const int slot0 = ps.stage * T::kChunks;
         if constexpr (kDirect) {
@@ -910,9 +921,19 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
     x.split_index = int(uint32_t(w) - t * uint32_t(split));
     x.k_units = __shfl_sync(0xffffffffu,
                             unsplit ? int(k_units) : int(k_begin(x.split_index + 1) - k_begin(x.split_index)), 0);
-    x.token_tile = int(p.div_m_blocks.div(t));
-    TileCoord tc = coord_of(x.token_tile);
-    tc.rows = __shfl_sync(0xffffffffu, tc.rows, 0);
+    TileCoord tc;
+    if constexpr (T::kTileHandoff) {
+      // The unit's tile from the producer (Sm90Traits::kTileHandoff), once its first stage is in.
+      // (consume_tile's wait on the same phase then returns at once.)
+      mbar_wait(&full[ps.stage], ps.phase);
+      const int4 info = tile_info[ps.stage];
+      x.token_tile = __shfl_sync(0xffffffffu, info.w, 0);
+      tc = {info.x, info.y, __shfl_sync(0xffffffffu, info.z, 0)};
+    } else {
+      x.token_tile = int(p.div_m_blocks.div(t));
+      tc = coord_of(x.token_tile);
+      tc.rows = __shfl_sync(0xffffffffu, tc.rows, 0);
+    }
     const int mu = int(t - uint32_t(x.token_tile) * uint32_t(m_blocks)) * T::kConsumers + x.c;
     const bool active = __shfl_sync(0xffffffffu, int(mu < m_units), 0) != 0;
     const int bucket = __shfl_sync(0xffffffffu, tile_bucket<T>(tc.rows), 0);
