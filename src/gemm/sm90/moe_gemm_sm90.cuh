@@ -551,6 +551,9 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
     const float alpha = pre_alpha, bias_gate = pre_bias0, bias_up = pre_bias1;
 #pragma unroll
     for (int nb = 0; nb < kN / 8; ++nb) {
+      // (Columns past the tile's tokens are never stored: a decode tile of at most 8 tokens skips
+      // the second half's activations. In the wide tiles the test made ptxas spill more.)
+      if (T::kBN == 16 && 8 * nb >= tc.rows) break;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int n = 8 * nb + 2 * (lane % 4) + h;
@@ -584,15 +587,14 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
     named_barrier_sync(bar_id, 128);  // staging is reused by the next tile
     if (T::kOverlaps && p.overlap && tid == 0) {
       // This unit of the token tile is in: GEMM2 may read its rows. After the barrier, thread 0's
-      // fence (cumulative) releases the warpgroup's stores before the count. (Direct GEMM1 waits
+      // release (cumulative) orders the warpgroup's stores before the count. (Direct GEMM1 waits
       // for the plan first, which zeroes the counts, long done by the end of a tile, and only then
       // lets GEMM2 be scheduled: kernel end.)
       if constexpr (kDirect) {
         pdl_wait();
         pdl_launch_dependents();
       }
-      __threadfence();
-      atomicAdd(&p.ws.tile_done[x.token_tile], 1);
+      red_release_gpu_add(&p.ws.tile_done[x.token_tile], 1);
     }
   } else {
     // Rows r0 / r0 + 8 are output features 64 mu + r0 (+8); columns are the tile's tokens.
