@@ -585,7 +585,17 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
           make_uint4(packed_bf16[4], packed_bf16[5], packed_bf16[6], packed_bf16[7]);
     }
     named_barrier_sync(bar_id, 128);  // staging is reused by the next tile
-    // (With the overlap, the consumer loop counts this unit of the token tile in: count_gemm1_unit.)
+    if (T::kOverlaps && p.overlap && tid == 0) {
+      // This unit of the token tile is in: GEMM2 may read its rows. After the barrier, thread 0's
+      // release (cumulative) orders the warpgroup's stores before the count. (Direct GEMM1 waits
+      // for the plan first, which zeroes the counts, long done by the end of a tile, and only then
+      // lets GEMM2 be scheduled: kernel end.)
+      if constexpr (kDirect) {
+        pdl_wait();
+        pdl_launch_dependents();
+      }
+      red_release_gpu_add(&p.ws.tile_done[x.token_tile], 1);
+    }
   } else {
     // Rows r0 / r0 + 8 are output features 64 mu + r0 (+8); columns are the tile's tokens.
     uint16_t* stg = reinterpret_cast<uint16_t*>(x.staging);  // [BN][72] bf16
@@ -629,22 +639,6 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
     }
     named_barrier_sync(bar_id, 128);
   }
-}
-
-// GEMM1 with the overlap: one consumer warpgroup's unit of a token tile is in, GEMM2 may read its
-// rows. Thread 0 only, after the epilogue's last barrier: its release (cumulative) orders the
-// warpgroup's stores before the count. The consumer loop calls it after the next tile's lookup (or
-// at its end), not at the epilogue's end: there the release waited for the epilogue's stores to
-// reach L2, with the warpgroup's next MMAs held behind it. (Direct GEMM1 waits for the plan first,
-// which zeroes the counts, long done by the end of a tile, and only then lets GEMM2 be scheduled:
-// kernel end.)
-template <bool kDirect>
-__device__ __forceinline__ void count_gemm1_unit(const MoeGemmParams& p, int32_t token_tile) {
-  if constexpr (kDirect) {
-    pdl_wait();
-    pdl_launch_dependents();
-  }
-  red_release_gpu_add(&p.ws.tile_done[token_tile], 1);
 }
 
 // Runs consume_tile with the wgmma N the tile's bucket asks for (kBN or kSmallN).
@@ -922,7 +916,6 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
                     x.trace_acc = trace_consumer_acc[x.c];
                     if (tid == 0) for (int i = 0; i < 6; ++i) x.trace_acc[i] = 0;)
   PipeState ps;
-  int32_t counted_later = -1;  // GEMM1 with the overlap: the token tile of the unit to count in next
   for (int64_t w = blockIdx.x; w < num_work; w += gridDim.x) {
     FP4MOE_TRACE_ONLY(const long long find_from = clock64();)
     const uint32_t t = tile_of(w);
@@ -948,10 +941,6 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
     const int bucket = __shfl_sync(0xffffffffu, tile_bucket<T>(tc.rows), 0);
     FP4MOE_TRACE_ONLY(const long long consume_from = clock64();
                       if (tid == 0) x.trace_acc[3] += (unsigned long long)(consume_from - find_from);)
-    if constexpr (T::kGemm1 && T::kOverlaps) {
-      if (tid == 0 && counted_later >= 0) count_gemm1_unit<kDirect>(p, counted_later);
-      counted_later = p.overlap && active ? x.token_tile : -1;
-    }
     consume_bucketed<T, kDirect>(p, x, tc, mu, active, bucket, ps);
     FP4MOE_TRACE_ONLY(if (tid == 0) {
       x.trace_acc[4] += (unsigned long long)(clock64() - consume_from);
@@ -967,9 +956,6 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
     atomicAdd(trace_sums + kTraceConsumerTiles, x.trace_acc[5]);
     atomicAdd(trace_sums + kTraceConsumerTime, (unsigned long long)(clock64() - trace_from));
   })
-  if constexpr (T::kGemm1 && T::kOverlaps) {
-    if (tid == 0 && counted_later >= 0) count_gemm1_unit<kDirect>(p, counted_later);
-  }
   if constexpr (kDirect) {
     if (tid == 0) {
       pdl_wait();  // the plan and the permute complete before GEMM1 does (also in a CTA without a tile)
