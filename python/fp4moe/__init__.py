@@ -413,6 +413,8 @@ class MoE:
         gpt-oss), cut the decode GEMMs' K over otherwise idle SMs. Deterministic, within the
         reference tolerance, but the output bits then depend on the batch's token count; off by
         default (then they do not).
+    max_sms: GPU only, LayerOptions::max_sms: the GEMMs' persistent grids on at most this many SMs,
+        leaving the others to kernels that run beside the layer (0: every SM). Same bits either way.
     """
 
     def __init__(
@@ -424,6 +426,7 @@ class MoE:
         path: str = "auto",
         tune_file=None,
         split_k: bool = False,
+        max_sms: int = 0,
         ep_rank: int = 0,
         ep_size: int = 1,
         tp_rank: int = 0,
@@ -447,7 +450,7 @@ class MoE:
                 kind, index = _parse_device(device)
             shard = (ep_rank, ep_size, tp_rank, tp_size)
             _layer = _ext.Layer.from_weights(
-                problem, canonical, kind, index, *shard, path, str(tune_file or ""), bool(split_k)
+                problem, canonical, kind, index, *shard, path, str(tune_file or ""), bool(split_k), int(max_sms)
             )
         self._layer = _layer
         self._problem = _layer.problem
@@ -465,6 +468,7 @@ class MoE:
         path: str = "auto",
         tune_file=None,
         split_k: bool = False,
+        max_sms: int = 0,
         ep_rank: int = 0,
         ep_size: int = 1,
         tp_rank: int = 0,
@@ -476,7 +480,9 @@ class MoE:
             raise InvalidArgumentError(f"problem is a {type(problem).__name__}; expected fp4moe.Problem")
         kind, index = _parse_device(device)
         shard = (ep_rank, ep_size, tp_rank, tp_size)
-        layer = _ext.Layer.dummy(problem, int(seed), kind, index, *shard, path, str(tune_file or ""), bool(split_k))
+        layer = _ext.Layer.dummy(
+            problem, int(seed), kind, index, *shard, path, str(tune_file or ""), bool(split_k), int(max_sms)
+        )
         return cls(problem, None, _layer=layer)
 
     @classmethod
@@ -489,6 +495,7 @@ class MoE:
         path: str = "auto",
         tune_file=None,
         split_k: bool = False,
+        max_sms: int = 0,
         mode: str = "w4a16",
         max_tokens: int = 8192,
         ep_rank: int = 0,
@@ -512,6 +519,7 @@ class MoE:
             path=path,
             tune_file=tune_file,
             split_k=split_k,
+            max_sms=max_sms,
             ep_rank=ep_rank,
             ep_size=ep_size,
             tp_rank=tp_rank,

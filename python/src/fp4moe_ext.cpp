@@ -509,8 +509,10 @@ class Layer {
  public:
   static std::unique_ptr<Layer> from_weights(const MoeProblem& problem, nb::dict weights, const std::string& device,
                                              int device_id, int ep_rank, int ep_size, int tp_rank, int tp_size,
-                                             const std::string& path, const std::string& tune_file, bool split_k) {
-    auto layer = prepare(problem, device, device_id, ep_rank, ep_size, tp_rank, tp_size, path, tune_file, split_k);
+                                             const std::string& path, const std::string& tune_file, bool split_k,
+                                             int max_sms) {
+    auto layer =
+        prepare(problem, device, device_id, ep_rank, ep_size, tp_rank, tp_size, path, tune_file, split_k, max_sms);
     const WeightArrays arrays = read_weights(problem, layer->dims_, weights);
     if (!layer->place_.cuda) {
       layer->host_ = copy_weights(problem, layer->dims_, arrays.view);
@@ -526,8 +528,10 @@ class Layer {
 
   static std::unique_ptr<Layer> dummy(const MoeProblem& problem, uint64_t seed, const std::string& device,
                                       int device_id, int ep_rank, int ep_size, int tp_rank, int tp_size,
-                                      const std::string& path, const std::string& tune_file, bool split_k) {
-    auto layer = prepare(problem, device, device_id, ep_rank, ep_size, tp_rank, tp_size, path, tune_file, split_k);
+                                      const std::string& path, const std::string& tune_file, bool split_k,
+                                      int max_sms) {
+    auto layer =
+        prepare(problem, device, device_id, ep_rank, ep_size, tp_rank, tp_size, path, tune_file, split_k, max_sms);
     if (!layer->place_.cuda) {
       nb::gil_scoped_release release;
       HostMoeWeights full = make_random_weights(problem, seed);
@@ -673,8 +677,9 @@ class Layer {
  private:
   static std::unique_ptr<Layer> prepare(const MoeProblem& problem, const std::string& device, int device_id,
                                         int ep_rank, int ep_size, int tp_rank, int tp_size, const std::string& path,
-                                        const std::string& tune_file, bool split_k) {
+                                        const std::string& tune_file, bool split_k, int max_sms) {
     check(validate(problem));
+    if (max_sms < 0) fail_invalid("max_sms = ", max_sms, " must be >= 0 (0: every SM)");
     auto layer = std::unique_ptr<Layer>(new Layer());
     layer->problem_ = problem;
     layer->shard_ = {ep_rank, ep_size, tp_rank, tp_size};
@@ -687,6 +692,8 @@ class Layer {
       if (!tune_file.empty())
         fail_invalid("tune_file = '", tune_file, "' tunes the GPU kernels; a CPU MoE runs the reference");
       if (split_k) fail_invalid("split_k = True is a GPU kernel option; a CPU MoE runs the reference");
+      if (max_sms != 0)
+        fail_invalid("max_sms = ", max_sms, " is a GPU kernel option; a CPU MoE runs the reference");
       return layer;
     }
     if (device != "cuda") fail_invalid("device = '", device, "' is not one of: cpu, cuda");
@@ -694,6 +701,7 @@ class Layer {
     check(parse_kernel_path(path, &layer->path_));
     layer->tune_file_ = tune_file;
     layer->split_k_ = split_k;
+    layer->max_sms_ = max_sms;
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0)
       fail_unsupported("device = 'cuda' but no CUDA device is visible; use device='cpu' for the CPU reference");
@@ -719,6 +727,7 @@ class Layer {
     o.tp_size = shard_.tp_size;
     o.tune_file = tune_file_;
     o.split_k = split_k_;
+    o.max_sms = max_sms_;
     {
       nb::gil_scoped_release release;
       check(create(o, &gpu_));
@@ -762,6 +771,7 @@ class Layer {
   KernelPath path_ = KernelPath::kAuto;
   std::string tune_file_;
   bool split_k_ = false;
+  int max_sms_ = 0;
   std::unique_ptr<MoeLayer> gpu_;
   void* workspace_ = nullptr;
 #endif
@@ -1649,9 +1659,11 @@ NB_MODULE(_ext, m) {
   // ---- Layer ----
   nb::class_<Layer>(m, "Layer")
       .def_static("from_weights", &Layer::from_weights, "problem"_a, "weights"_a, "device"_a, "device_id"_a,
-                  "ep_rank"_a, "ep_size"_a, "tp_rank"_a, "tp_size"_a, "path"_a, "tune_file"_a, "split_k"_a)
+                  "ep_rank"_a, "ep_size"_a, "tp_rank"_a, "tp_size"_a, "path"_a, "tune_file"_a, "split_k"_a,
+                  "max_sms"_a)
       .def_static("dummy", &Layer::dummy, "problem"_a, "seed"_a, "device"_a, "device_id"_a, "ep_rank"_a, "ep_size"_a,
-                  "tp_rank"_a, "tp_size"_a, "path"_a, "tune_file"_a, "split_k"_a)
+                  "tp_rank"_a, "tp_size"_a, "path"_a, "tune_file"_a, "split_k"_a,
+                  "max_sms"_a)
       .def("forward", &Layer::forward, "hidden_states"_a, "router_logits"_a.none(), "topk_ids"_a.none(),
            "topk_weights"_a.none(), "out"_a, "stream"_a)
       .def("kernel_info", &Layer::kernel_info, "num_tokens"_a)

@@ -568,6 +568,8 @@ def test_moe_construction_errors():
         (lambda: fp4moe.MoE(p, w, device="cpu", path="sm90"), "path = 'sm90' is a GPU kernel path"),
         (lambda: fp4moe.MoE(p, w, device="cpu", tune_file="t.json"), "tune_file = 't.json' tunes the GPU kernels"),
         (lambda: fp4moe.MoE(p, w, device="cpu", split_k=True), "split_k = True is a GPU kernel option"),
+        (lambda: fp4moe.MoE(p, w, device="cpu", max_sms=4), "max_sms = 4 is a GPU kernel option"),
+        (lambda: fp4moe.MoE(p, w, device="cpu", max_sms=-1), "max_sms = -1 must be >= 0"),
         (lambda: fp4moe.MoE(p, w, ep_size=3), "ep"),
         (lambda: fp4moe.MoE.dummy(p, 0, device="cpu", tp_size=4, tp_rank=4), "tp_rank"),
         (lambda: fp4moe.Problem(hidden_sise=128), "Problem has no field 'hidden_sise'"),

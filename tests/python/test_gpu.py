@@ -279,6 +279,19 @@ def test_gpu_split_k_against_reference():
 
 
 @requires_gpu
+def test_gpu_max_sms_gives_the_same_bits():
+    # The GEMMs on at most 3 SMs (several rounds of tiles each): the bits of all SMs.
+    p = scaled_problem("deepseek-r1", 16)
+    x, logits = make_inputs(p, 40, device="cuda")
+    x = x.to(torch.bfloat16)
+    a = fp4moe.MoE.dummy(p, 5, device="cuda")(x, logits)
+    b = fp4moe.MoE.dummy(p, 5, device="cuda", max_sms=3)(x, logits)
+    assert torch.equal(a, b)
+    with pytest.raises(fp4moe.InvalidArgumentError, match="max_sms = -2 must be >= 0"):
+        fp4moe.MoE.dummy(p, 5, device="cuda", max_sms=-2)
+
+
+@requires_gpu
 def test_gpu_dummy_weights_equal_random_weights():
     p = scaled_problem("deepseek-r1", 16)
     x, logits = make_inputs(p, 9, device="cuda")

@@ -81,8 +81,6 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
-// Orders generic-proxy global accesses (another kernel's stores, acquired through a flag) before this
-// thread's later async-proxy (bulk copy) reads of them.
 // *p += v with release semantics at GPU scope: this thread's earlier memory operations, and those it
 // has observed (through a barrier), are visible to whoever acquires the new value. One instruction
 // in place of a full fence and an atomic (__threadfence() is a sequentially consistent fence that
@@ -91,6 +89,8 @@ __device__ __forceinline__ void red_release_gpu_add(int32_t* p, int32_t v) {
   asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
+// Orders generic-proxy global accesses (another kernel's stores, acquired through a flag) before this
+// thread's later async-proxy (bulk copy) reads of them.
 __device__ __forceinline__ void fence_proxy_async_global() {
   asm volatile("fence.proxy.async.global;" ::: "memory");
 }
