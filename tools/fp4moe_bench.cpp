@@ -93,8 +93,8 @@ struct Options {
                "                    [--warmup-ms MS] [--seed N] [--scale F] [--routing model|random]\n"
                "                    [--tune FILE [--tune-only NAME,NAME]] [--tune-file FILE]\n"
                "                    [--checkpoint DIR [--layer L]]\n"
-               "                    [--split-k] [--no-tail-tiles] [--no-gemm-overlap] [--no-direct-gemm1] [--max-sms N]\n"
-               "                    [--verbose]\n"
+               "                    [--split-k] [--no-tail-tiles] [--no-gemm-overlap] [--no-direct-gemm1]\n"
+               "                    [--max-sms N] [--verbose]\n"
                "                    [--dump-routing DIR] [--trace] [--clocks] [--back-to-back]\n",
                msg);
   std::exit(2);
@@ -170,8 +170,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--no-gemm-overlap") o.gemm_overlap = false;
     else if (a == "--no-direct-gemm1") o.direct_gemm1 = false;
     else if (a == "--max-sms") {
-      o.max_sms = int(integer(value()));
-      if (o.max_sms < 1) usage(("--max-sms = " + std::to_string(o.max_sms) + " must be >= 1").c_str());
+      o.max_sms = int(integer(value()));  // (0: every SM, the default; negative values are refused above)
     }
     else if (a == "--dump-routing") o.dump_routing = value();
     else if (a == "--json") o.json = value();
@@ -341,8 +340,9 @@ struct Row {
   std::vector<std::array<double, 6>> trace;
   // --trace, the sm90 GEMMs: the share of the consumers' time spent waiting for full stages and of
   // the producer's waiting for empty ones, and of the consumers' time in K loops (-1: not recorded);
-  // then per tile of a consumer warpgroup, in SM clock cycles: finding it, from its start to its K
-  // loop, in its K loop, after its K loop (the epilogue).
+  // then per tile of a consumer warpgroup, in SM clock cycles: finding it (GEMM2's decode kernels,
+  // which take it from the producer: waiting for its first stage), from its start to its K loop, in
+  // its K loop, after its K loop (the epilogue).
   std::vector<std::array<double, 7>> trace_waits;
 };
 

@@ -56,10 +56,13 @@ struct LayerOptions {
   // does not run; the plan runs beside GEMM1 in one CTA, for GEMM2 and the combine. Same bits either way (also for ids out of range or repeated); off
   // only to measure it. KernelInfo::gemm1 says ", direct with precomputed routing" where it applies.
   bool direct_gemm1 = true;
-  // The most SMs the sm90 GEMMs occupy (0: all of the device's). Their grids are persistent, one CTA
-  // an SM, so a limit leaves the remaining SMs to kernels that run beside the layer on other streams
-  // (communication, attention); it enters the config choice as the SM count. The plan, permute and
-  // finalize kernels are short and keep their own grids. Same bits either way.
+  // The most CTAs of each sm90 GEMM launch, one an SM (0: one per SM of the device): the GEMMs' grids
+  // are persistent, so a limit leaves SMs to kernels that run beside the layer on other streams
+  // (communication, attention); it enters the config choice as the SM count. Per launch, not for
+  // the layer: with programmatic dependent launch GEMM2's CTAs may become resident (waiting, or
+  // with the GEMM1/GEMM2 overlap working) while GEMM1's still run, so the layer can hold up to
+  // twice as many SMs for a while; hard isolation needs green contexts or MPS. The plan, permute
+  // and finalize kernels are short and keep their own grids. Same bits either way.
   int max_sms = 0;
 };
 

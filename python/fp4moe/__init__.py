@@ -413,8 +413,9 @@ class MoE:
         gpt-oss), cut the decode GEMMs' K over otherwise idle SMs. Deterministic, within the
         reference tolerance, but the output bits then depend on the batch's token count; off by
         default (then they do not).
-    max_sms: GPU only, LayerOptions::max_sms: the GEMMs' persistent grids on at most this many SMs,
-        leaving the others to kernels that run beside the layer (0: every SM). Same bits either way.
+    max_sms: GPU only, LayerOptions::max_sms: each GEMM launch's persistent grid on at most this many
+        SMs, leaving the others to kernels that run beside the layer (0: every SM). Per launch: the
+        second GEMM's CTAs may become resident beside the first's. Same bits either way.
     """
 
     def __init__(

@@ -149,7 +149,8 @@ static Status build_layer(const MoeProblem& problem, const LayerOptions& options
                           const std::function<Status(const WeightShard&, DeviceWeights*)>& make_weights,
                           MoeLayer::Impl* impl) {
   FP4MOE_RETURN_IF_ERROR(validate(problem));
-  if (options.max_sms < 0) return invalid_argument("LayerOptions::max_sms = ", options.max_sms, " must be >= 0");
+  if (options.max_sms < 0)
+    return invalid_argument("LayerOptions::max_sms = ", options.max_sms, " must be >= 0 (0: every SM)");
   impl->problem = problem;
   impl->options = options;
   FP4MOE_RETURN_IF_ERROR(make_shard(problem, options, &impl->shard));

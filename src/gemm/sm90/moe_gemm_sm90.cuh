@@ -45,9 +45,9 @@ __device__ __forceinline__ void release_stage(uint64_t* empty_bar) { mbar_arrive
 // seconds) the dependency is taken as broken: trap, a sticky CUDA error that ends the context,
 // rather than a hang. (A counter, not clock64: the producer runs on 24 registers; inline asm keeps
 // ptxas from spilling around the loop.)
-// Racecheck note: a token tile's bulk copy reads whole tile-width row blocks, past tc.rows into the
-// next expert's rows, which GEMM1 may still be writing; those rows feed only output columns that the
-// epilogue discards.
+// Racecheck note: a token tile's bulk copy reads the rows its MMAs read (tile_mma_rows: whole 8-row
+// blocks), past tc.rows into the next expert's rows, which GEMM1 may still be writing; those rows
+// feed only output columns that the epilogue discards.
 __device__ __forceinline__ void wait_gemm1_units(const int32_t* done, int32_t units) {
   asm volatile(
       "{\n"
@@ -267,8 +267,9 @@ __device__ __forceinline__ int tile_bucket(int rows) {
 
 // The token rows a tile's MMAs read: its bucket's wgmma N, narrowed as consume_tile narrows it
 // (NarrowN). The producer copies only these rows of each K chunk: at decode a tile of at most 8
-// tokens (m64n8k16) needs half of the 16-row token tile, 1 KB of a chunk's 10.2 KB. The rows past
-// the tile's own hold what the slot held before; their columns are never stored.
+// tokens (m64n8k16) needs half of the 16-row token tile, 1 KB of a chunk's 10.2 KB. Rows from
+// tc.rows up to that N come from the next rows in memory, rows past it keep what the slot held
+// before: their columns are never stored.
 template <class T>
 __device__ __forceinline__ int tile_mma_rows(int rows) {
   auto narrowed = [rows](auto n_tag) {
@@ -316,7 +317,8 @@ struct ConsumerCtx {
   int split, split_index;
   int token_tile;  // the plan's token tile of this work unit (GEMM1 with overlap counts in tile_done)
   // Trace builds: thread 0's running sums, in shared memory, of its waits for full stages [0], of its
-  // time in K loops [1], of its time from a tile's start to its K loop [2], finding tiles [3], in
+  // time in K loops [1], of its time from a tile's start to its K loop [2], finding tiles [3] (with
+  // the tile hand-off: the wait for the tile's first stage and reading its slot), in
   // whole tiles [4] and of the tiles [5] (added to the trace words once at the end: an atomic per
   // stage slowed the traced decode by ~16%).
   FP4MOE_TRACE_ONLY(unsigned long long* trace_acc;)
@@ -810,8 +812,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   // short (32 K chunks at DeepSeek-R1) and a tile's setup a visible share. (In GEMM1 the branch cost
   // its BN16 K loop an instruction: it keeps the division, a multiply-high since FastDiv.)
   const bool unsplit = !T::kGemm1 && split == 1;
-  // Work unit w's tile, and a token tile's expert and rows, as the producer and the consumers both
-  // derive them (32-bit with the launch's divisors: launch_traits keeps the work below 2^31).
+  // Work unit w's tile, and a token tile's expert and rows, as the producer derives them and the
+  // consumers too where the producer does not hand them over (Sm90Traits::kTileHandoff) (32-bit
+  // with the launch's divisors: launch_traits keeps the work below 2^31).
   auto tile_of = [&](int64_t w) { return unsplit ? uint32_t(w) : p.div_split.div(uint32_t(w)); };
   auto coord_of = [&](int32_t token_tile) {
     return kDirect                  ? direct_tile(tile_start, token_tile)
