@@ -36,8 +36,9 @@ inline constexpr const char* kTraceKernelNames[kTraceKernels] = {
 // warpgroup): the consumers' waits for full stages, the consumers' time, the producer's waits for
 // empty stages, the producer's time, the consumers' time in K loops (their waits included); and
 // per tile, the consumers' time finding it (the loop's lookup), from the tile's start to its K loop,
-// in the whole tile (K loop and epilogue included), and the count of tiles.
-constexpr int kTraceWords = 15;
+// in the whole tile (K loop and epilogue included), and the count of tiles; the producer's time in
+// its per-unit setup (the tile's lookup, and with the overlap its wait for GEMM1's rows).
+constexpr int kTraceWords = 16;
 enum TraceSum : int {
   kTraceConsumerWait = 6,
   kTraceConsumerTime,
@@ -47,7 +48,8 @@ enum TraceSum : int {
   kTraceConsumerFind,
   kTraceConsumerPre,
   kTraceConsumerTile,
-  kTraceConsumerTiles
+  kTraceConsumerTiles,
+  kTraceProducerSetup
 };
 constexpr int kTraceBytes = kTraceKernels * kTraceWords * 8;
 

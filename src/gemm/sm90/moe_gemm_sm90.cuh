@@ -728,7 +728,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
       unsigned long long* const trace_sums = FP4MOE_TRACE_SLOT();
       const long long trace_from = clock64();
       __shared__ unsigned long long trace_consumer_acc[8][6];
-      unsigned long long trace_producer_wait = 0;)
+      unsigned long long trace_producer_wait = 0, trace_producer_setup = 0;)
 
   const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);  // warp-uniform for ptxas
   const int tid = threadIdx.x % 128;
@@ -833,6 +833,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
     PipeState ps;
     int32_t ready_tile = -1;  // GEMM2 with overlap: the token tile whose intermediate rows are in
     for (int64_t w = blockIdx.x; w < num_work; w += gridDim.x) {
+      FP4MOE_TRACE_ONLY(const long long setup_from = clock64();)
       const uint32_t t = tile_of(w);
       const uint32_t r = uint32_t(w) - t * uint32_t(split);  // this unit's K range
       const int64_t k0 = unsplit ? 0 : k_begin(r), k1 = unsplit ? k_units : k_begin(r + 1);
@@ -844,6 +845,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
           wait_gemm1_units(p.ws.tile_done + token_tile, int32_t(p.g1.m_units()));
         }
       }
+      // (the lookup's last shared-memory load is in when tc.rows is)
+      FP4MOE_TRACE_ONLY(if (tc.rows >= 0) trace_producer_setup += (unsigned long long)(clock64() - setup_from);)
       const int mb = int(t - uint32_t(token_tile) * uint32_t(m_blocks));
       const int valid_units = min(T::kConsumers, m_units - mb * T::kConsumers);
       const uint32_t b_bytes = kDirect ? uint32_t(tc.rows) * 128 : uint32_t(tile_mma_rows<T>(tc.rows)) * 128;
@@ -892,6 +895,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
     }
     FP4MOE_TRACE_ONLY(if (trace_sums) {
       atomicAdd(trace_sums + kTraceProducerWait, trace_producer_wait);
+      atomicAdd(trace_sums + kTraceProducerSetup, trace_producer_setup);
       atomicAdd(trace_sums + kTraceProducerTime, (unsigned long long)(clock64() - trace_from));
     })
     return;
