@@ -343,8 +343,9 @@ struct Row {
   // then per tile of a consumer warpgroup, in SM clock cycles: finding it (GEMM2's decode kernels,
   // which take it from the producer: waiting for its first stage), from its start to its K loop, in
   // its K loop, after its K loop (the epilogue); then the share of the producer's time in its
-  // per-unit setup (the tile's lookup, with the overlap its wait for GEMM1's rows).
-  std::vector<std::array<double, 8>> trace_waits;
+  // per-unit setup (the tile's lookup, with the overlap its wait for GEMM1's rows) and in issuing its
+  // stages' copies.
+  std::vector<std::array<double, 9>> trace_waits;
 };
 
 std::vector<uint16_t> random_bf16_normal(std::mt19937_64& rng, size_t n) {
@@ -635,7 +636,7 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
         v[5] = us(~w[k][5]);
       }
       row.trace.push_back(v);
-      std::array<double, 8> waits = {-1, -1, -1, -1, -1, -1, -1, -1};
+      std::array<double, 9> waits = {-1, -1, -1, -1, -1, -1, -1, -1, -1};
       if (w[k][kTraceConsumerTime] != 0) {
         waits[0] = double(w[k][kTraceConsumerWait]) / double(w[k][kTraceConsumerTime]);
         waits[2] = double(w[k][kTraceConsumerKLoop]) / double(w[k][kTraceConsumerTime]);
@@ -650,6 +651,7 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
       if (w[k][kTraceProducerTime] != 0) {
         waits[1] = double(w[k][kTraceProducerWait]) / double(w[k][kTraceProducerTime]);
         waits[7] = double(w[k][kTraceProducerSetup]) / double(w[k][kTraceProducerTime]);
+        waits[8] = double(w[k][kTraceProducerIssue]) / double(w[k][kTraceProducerTime]);
       }
       row.trace_waits.push_back(waits);
     }
@@ -744,7 +746,8 @@ void write_json(const Options& o, const MoeProblem& p, const char* gpu, const Ce
           << ", \"consumers_in_k_loops\": " << r.trace_waits[k][2] << ", \"cycles_per_tile\": {\"find\": "
           << r.trace_waits[k][3] << ", \"before_k_loop\": " << r.trace_waits[k][4] << ", \"k_loop\": "
           << r.trace_waits[k][5] << ", \"after_k_loop\": " << r.trace_waits[k][6]
-          << "}, \"producer_in_setup\": " << r.trace_waits[k][7] << "}";
+          << "}, \"producer_in_setup\": " << r.trace_waits[k][7] << ", \"producer_issuing\": " << r.trace_waits[k][8]
+          << "}";
         first = false;
       }
       f << "}";
@@ -949,7 +952,8 @@ int main(int argc, char** argv) {
         const auto& q = r.trace_waits[k];
         if (q[0] >= 0)
           std::printf("  consumers: K loops %.1f%%, waits for data %.1f%%; producer waits for room %.1f%%, "
-                      "in its per-unit setup %.1f%%", 100 * q[2], 100 * q[0], 100 * q[1], 100 * q[7]);
+                      "in its per-unit setup %.1f%%, issuing copies %.1f%%", 100 * q[2], 100 * q[0], 100 * q[1],
+                      100 * q[7], 100 * q[8]);
         if (q[3] >= 0)
           std::printf("\n        %-11s cycles per tile and warpgroup: find %.0f, before the K loop %.0f, K loop %.0f, "
                       "after it %.0f", "", q[3], q[4], q[5], q[6]);

@@ -37,8 +37,9 @@ inline constexpr const char* kTraceKernelNames[kTraceKernels] = {
 // empty stages, the producer's time, the consumers' time in K loops (their waits included); and
 // per tile, the consumers' time finding it (the loop's lookup), from the tile's start to its K loop,
 // in the whole tile (K loop and epilogue included), and the count of tiles; the producer's time in
-// its per-unit setup (the tile's lookup, and with the overlap its wait for GEMM1's rows).
-constexpr int kTraceWords = 16;
+// its per-unit setup (the tile's lookup, and with the overlap its wait for GEMM1's rows) and in
+// issuing its stages (from each empty wait's return to the stage's last copy instruction).
+constexpr int kTraceWords = 17;
 enum TraceSum : int {
   kTraceConsumerWait = 6,
   kTraceConsumerTime,
@@ -49,7 +50,8 @@ enum TraceSum : int {
   kTraceConsumerPre,
   kTraceConsumerTile,
   kTraceConsumerTiles,
-  kTraceProducerSetup
+  kTraceProducerSetup,
+  kTraceProducerIssue
 };
 constexpr int kTraceBytes = kTraceKernels * kTraceWords * 8;
 

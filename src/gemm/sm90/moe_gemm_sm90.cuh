@@ -728,7 +728,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
       unsigned long long* const trace_sums = FP4MOE_TRACE_SLOT();
       const long long trace_from = clock64();
       __shared__ unsigned long long trace_consumer_acc[8][6];
-      unsigned long long trace_producer_wait = 0, trace_producer_setup = 0;)
+      unsigned long long trace_producer_wait = 0, trace_producer_setup = 0, trace_producer_issue = 0;)
 
   const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);  // warp-uniform for ptxas
   const int tid = threadIdx.x % 128;
@@ -855,7 +855,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
         const int n = k1 - ku < T::kChunks ? int(k1 - ku) : T::kChunks;  // chunks in this stage
         FP4MOE_TRACE_ONLY(const long long wait_from = clock64();)
         mbar_wait(&empty[ps.stage], ps.phase ^ 1);
-        FP4MOE_TRACE_ONLY(trace_producer_wait += (unsigned long long)(clock64() - wait_from);)
+        FP4MOE_TRACE_ONLY(const long long issue_from = clock64();
+                          trace_producer_wait += (unsigned long long)(issue_from - wait_from);)
         if (T::kTileHandoff && ku == k0) tile_info[ps.stage] = make_int4(tc.expert, tc.row0, tc.rows, token_tile);
         mbar_arrive_expect_tx(&full[ps.stage], uint32_t(n) * (b_bytes + w_bytes));
         const int slot0 = ps.stage * T::kChunks;
@@ -890,12 +891,14 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
                      weights + g.unit_offset(tc.expert, mb * T::kConsumers, ku + c), w_bytes, &full[ps.stage],
                      pol_weights);
         }
+        FP4MOE_TRACE_ONLY(trace_producer_issue += (unsigned long long)(clock64() - issue_from);)
         ps.advance(T::kStages);
       }
     }
     FP4MOE_TRACE_ONLY(if (trace_sums) {
       atomicAdd(trace_sums + kTraceProducerWait, trace_producer_wait);
       atomicAdd(trace_sums + kTraceProducerSetup, trace_producer_setup);
+      atomicAdd(trace_sums + kTraceProducerIssue, trace_producer_issue);
       atomicAdd(trace_sums + kTraceProducerTime, (unsigned long long)(clock64() - trace_from));
     })
     return;
