@@ -11,6 +11,7 @@
 #   gpu_ab fast gpubin/bin/fp4moe-bench 200 deepseek-r1:1,8,32,128 qwen3-30b-a3b:8
 #   gpu_trace deepseek-r1:32,128               # gpubin/trace/fp4moe-bench (FP4MOE_STAGE_TRACE=1)
 #   gpu_sanitize memcheck 200; gpu_sanitize racecheck 200
+#   gpu_tables                                 # the README's tables (~300 s)
 #   gpu_pack all
 #
 # env: GPU_AB_REPS (repetitions of each A/B, default 3), GPU_AB_BASE_BIN (default
@@ -84,6 +85,30 @@ gpu_sanitize() {
   _gpu_step "$tool" $rc $((SECONDS - s))
   grep -E "SUMMARY|PASSED|FAILED|Error|hazard" "$out/$tool.txt" | head -10 >> "$log"
   return $rc
+}
+
+# gpu_tables: the README's tables as session 20's run 6 made them (its script repeated session
+# 18-19's), ~300 s on an H200: the DeepSeek-R1 sweep with --check and the torch peers, every other
+# preset with --check, DeepSeek-R1 w4a4. Each part's files go to $OUT/tables_*, its table lines to
+# the log. (Written after run 6, from its script; first used by the next table run.)
+gpu_tables() {
+  local s=$SECONDS
+  FP4MOE_SECTIONS="bench peers" FP4MOE_TOKENS=1,8,32,128,512,2048,4096,8192 OUT=$out/tables_deepseek \
+    timeout 150 scripts/gpu-check.sh deepseek-r1 > "$out/tables_deepseek_log.txt" 2>&1
+  _gpu_step "tables: deepseek-r1 sweep with peers" $? $((SECONDS - s))
+  grep -E "^\| |^ +[0-9]+ |ceilings" "$out/tables_deepseek_log.txt" >> "$log"
+  s=$SECONDS
+  FP4MOE_SECTIONS=bench FP4MOE_TOKENS=1,8,16,128,4096,16384 OUT=$out/tables_presets timeout 300 \
+    scripts/gpu-check.sh qwen3-30b-a3b qwen3-235b-a22b gpt-oss-120b gpt-oss-20b llama4-scout llama4-maverick \
+    mixtral-8x7b > "$out/tables_presets_log.txt" 2>&1
+  _gpu_step "tables: the presets" $? $((SECONDS - s))
+  grep -E "^ +[0-9]+ |preset|ceilings|=== bench" "$out/tables_presets_log.txt" >> "$log"
+  s=$SECONDS
+  mkdir -p "$out/tables_w4a4"
+  timeout 90 gpubin/bin/fp4moe-bench --preset deepseek-r1 --mode w4a4 --routing random --tokens 1,8,128,2048,8192 \
+    --check --json "$out/tables_w4a4/bench_deepseek-r1_w4a4.json" > "$out/tables_w4a4_log.txt" 2>&1
+  _gpu_step "tables: deepseek-r1 w4a4" $? $((SECONDS - s))
+  grep -E "^ +[0-9]+ |ceilings" "$out/tables_w4a4_log.txt" >> "$log"
 }
 
 # gpu_pack NAME: everything under $OUT but the log into $OUT/NAME.tgz (then removed).
