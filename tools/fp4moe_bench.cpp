@@ -169,9 +169,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--no-tail-tiles") o.tail_tiles = false;
     else if (a == "--no-gemm-overlap") o.gemm_overlap = false;
     else if (a == "--no-direct-gemm1") o.direct_gemm1 = false;
-    else if (a == "--max-sms") {
-      o.max_sms = int(integer(value()));  // (0: every SM, the default; negative values are refused above)
-    }
+    else if (a == "--max-sms") o.max_sms = int(integer(value()));  // (0: every SM; integer() refuses < 0)
     else if (a == "--dump-routing") o.dump_routing = value();
     else if (a == "--json") o.json = value();
     else if (a == "--iters") o.iters = std::max<int>(1, int(integer(value())));
@@ -338,14 +336,19 @@ struct Row {
   // start, first and last return from its griddepcontrol.wait (-1 where none waited), last end, last
   // start, first end; -1 everywhere for a kernel that did not run.
   std::vector<std::array<double, 6>> trace;
-  // --trace, the sm90 GEMMs: the share of the consumers' time spent waiting for full stages and of
-  // the producer's waiting for empty ones, and of the consumers' time in K loops (-1: not recorded);
-  // then per tile of a consumer warpgroup, in SM clock cycles: finding it (GEMM2's decode kernels,
-  // which take it from the producer: waiting for its first stage), from its start to its K loop, in
-  // its K loop, after its K loop (the epilogue); then the share of the producer's time in its
-  // per-unit setup (the tile's lookup, with the overlap its wait for GEMM1's rows) and in issuing its
-  // stages' copies.
-  std::vector<std::array<double, 9>> trace_waits;
+  // --trace, the sm90 GEMMs, per kernel of src/common/trace.h (-1: not recorded).
+  struct TraceShares {
+    // Shares of the consumers' time waiting for full stages and in K loops; of the producer's time
+    // waiting for empty stages, in its per-unit setup (the tile's lookup, with the overlap its wait
+    // for GEMM1's rows) and issuing its stages' copies.
+    double consumers_waiting = -1, consumers_in_k_loops = -1;
+    double producer_waiting = -1, producer_in_setup = -1, producer_issuing = -1;
+    // Per tile of a consumer warpgroup, in SM clock cycles: finding it (GEMM2's decode kernels, which
+    // take it from the producer: waiting for its first stage), from its start to its K loop, in its K
+    // loop, after its K loop (the epilogue).
+    double find = -1, before_k_loop = -1, k_loop = -1, after_k_loop = -1;
+  };
+  std::vector<TraceShares> trace_waits;
 };
 
 std::vector<uint16_t> random_bf16_normal(std::mt19937_64& rng, size_t n) {
@@ -636,22 +639,23 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
         v[5] = us(~w[k][5]);
       }
       row.trace.push_back(v);
-      std::array<double, 9> waits = {-1, -1, -1, -1, -1, -1, -1, -1, -1};
+      Row::TraceShares waits;
       if (w[k][kTraceConsumerTime] != 0) {
-        waits[0] = double(w[k][kTraceConsumerWait]) / double(w[k][kTraceConsumerTime]);
-        waits[2] = double(w[k][kTraceConsumerKLoop]) / double(w[k][kTraceConsumerTime]);
+        waits.consumers_waiting = double(w[k][kTraceConsumerWait]) / double(w[k][kTraceConsumerTime]);
+        waits.consumers_in_k_loops = double(w[k][kTraceConsumerKLoop]) / double(w[k][kTraceConsumerTime]);
       }
       if (w[k][kTraceConsumerTiles] != 0) {
         const double tiles = double(w[k][kTraceConsumerTiles]);
-        waits[3] = double(w[k][kTraceConsumerFind]) / tiles;
-        waits[4] = double(w[k][kTraceConsumerPre]) / tiles;
-        waits[5] = double(w[k][kTraceConsumerKLoop]) / tiles;
-        waits[6] = double(w[k][kTraceConsumerTile] - w[k][kTraceConsumerPre] - w[k][kTraceConsumerKLoop]) / tiles;
+        waits.find = double(w[k][kTraceConsumerFind]) / tiles;
+        waits.before_k_loop = double(w[k][kTraceConsumerPre]) / tiles;
+        waits.k_loop = double(w[k][kTraceConsumerKLoop]) / tiles;
+        waits.after_k_loop =
+            double(w[k][kTraceConsumerTile] - w[k][kTraceConsumerPre] - w[k][kTraceConsumerKLoop]) / tiles;
       }
       if (w[k][kTraceProducerTime] != 0) {
-        waits[1] = double(w[k][kTraceProducerWait]) / double(w[k][kTraceProducerTime]);
-        waits[7] = double(w[k][kTraceProducerSetup]) / double(w[k][kTraceProducerTime]);
-        waits[8] = double(w[k][kTraceProducerIssue]) / double(w[k][kTraceProducerTime]);
+        waits.producer_waiting = double(w[k][kTraceProducerWait]) / double(w[k][kTraceProducerTime]);
+        waits.producer_in_setup = double(w[k][kTraceProducerSetup]) / double(w[k][kTraceProducerTime]);
+        waits.producer_issuing = double(w[k][kTraceProducerIssue]) / double(w[k][kTraceProducerTime]);
       }
       row.trace_waits.push_back(waits);
     }
@@ -740,14 +744,14 @@ void write_json(const Options& o, const MoeProblem& p, const char* gpu, const Ce
       f << "}, \"trace_waits\": {";
       first = true;
       for (size_t k = 0; k < r.trace_waits.size(); ++k) {
-        if (r.trace_waits[k][0] < 0) continue;
+        const Row::TraceShares& q = r.trace_waits[k];
+        if (q.consumers_waiting < 0) continue;
         f << (first ? "" : ", ") << "\"" << kTraceKernelNames[k]
-          << "\": {\"consumers_waiting\": " << r.trace_waits[k][0] << ", \"producer_waiting\": " << r.trace_waits[k][1]
-          << ", \"consumers_in_k_loops\": " << r.trace_waits[k][2] << ", \"cycles_per_tile\": {\"find\": "
-          << r.trace_waits[k][3] << ", \"before_k_loop\": " << r.trace_waits[k][4] << ", \"k_loop\": "
-          << r.trace_waits[k][5] << ", \"after_k_loop\": " << r.trace_waits[k][6]
-          << "}, \"producer_in_setup\": " << r.trace_waits[k][7] << ", \"producer_issuing\": " << r.trace_waits[k][8]
-          << "}";
+          << "\": {\"consumers_waiting\": " << q.consumers_waiting << ", \"producer_waiting\": " << q.producer_waiting
+          << ", \"consumers_in_k_loops\": " << q.consumers_in_k_loops << ", \"cycles_per_tile\": {\"find\": "
+          << q.find << ", \"before_k_loop\": " << q.before_k_loop << ", \"k_loop\": " << q.k_loop
+          << ", \"after_k_loop\": " << q.after_k_loop << "}, \"producer_in_setup\": " << q.producer_in_setup
+          << ", \"producer_issuing\": " << q.producer_issuing << "}";
         first = false;
       }
       f << "}";
@@ -949,14 +953,15 @@ int main(int argc, char** argv) {
         if (v[3] < 0) continue;
         std::printf("        %-11s start %8.2f..%-8.2f  wait %8.2f..%-8.2f  end %8.2f..%-8.2f  (%.2f)",
                     kTraceKernelNames[k], v[0], v[4], v[1], v[2], v[5], v[3], v[3] - v[0]);
-        const auto& q = r.trace_waits[k];
-        if (q[0] >= 0)
+        const Row::TraceShares& q = r.trace_waits[k];
+        if (q.consumers_waiting >= 0)
           std::printf("  consumers: K loops %.1f%%, waits for data %.1f%%; producer waits for room %.1f%%, "
-                      "in its per-unit setup %.1f%%, issuing copies %.1f%%", 100 * q[2], 100 * q[0], 100 * q[1],
-                      100 * q[7], 100 * q[8]);
-        if (q[3] >= 0)
+                      "in its per-unit setup %.1f%%, issuing copies %.1f%%", 100 * q.consumers_in_k_loops,
+                      100 * q.consumers_waiting, 100 * q.producer_waiting, 100 * q.producer_in_setup,
+                      100 * q.producer_issuing);
+        if (q.find >= 0)
           std::printf("\n        %-11s cycles per tile and warpgroup: find %.0f, before the K loop %.0f, K loop %.0f, "
-                      "after it %.0f", "", q[3], q[4], q[5], q[6]);
+                      "after it %.0f", "", q.find, q.before_k_loop, q.k_loop, q.after_k_loop);
         std::printf("\n");
       }
       // The tool's own check: a kernel's wait returns only once the kernel launched before it (the
