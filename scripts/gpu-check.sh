@@ -58,7 +58,7 @@ if has memcheck; then
     specs=${FP4MOE_MEMCHECK_SPECS:-"test_format_gpu:-*Exhaustive*:*MatchesHardware* test_routing_gpu:*"}
     set -f  # the filters hold '*'
     for spec in $specs \
-                "test_moe_gpu:${FP4MOE_MEMCHECK_FILTER:-*deepseek*w4a16*:*gpt_oss_20b*:*Hostile*:*Rejects*:*OutOfRange*:*Uploaded*:*EveryCompiled*:*SplitK*:*Tail*:*Plan*:*GemmOverlap*}"; do
+                "test_moe_gpu:${FP4MOE_MEMCHECK_FILTER:-*deepseek*w4a16*:*gpt_oss_20b*:*Hostile*:*Rejects*:*OutOfRange*:*Uploaded*:*EveryCompiled*:*SplitK*:*Tail*:*Plan*:*GemmOverlap*AlsoBackToBack*}"; do
       t=${spec%%:*}; filter=${spec#*:}
       echo "=== memcheck $t ($filter)"
       timeout ${FP4MOE_MEMCHECK_TIMEOUT:-600} compute-sanitizer --tool memcheck --error-exitcode 3 "$bin/$t" --gtest_filter="$filter" 2>&1 | \
@@ -71,7 +71,7 @@ if has memcheck; then
       # release; the tool flags its one-lane variants), then the kernels
       set -f
       for spec in "test_pipeline_probe_gpu:*EveryLane*" \
-                  "test_moe_gpu:${FP4MOE_RACECHECK_FILTER:-*deepseek_r1_w4a16_sm90*:*Hostile*sm90*:*EveryCompiled*:*Tail*:*GemmOverlap*}"; do
+                  "test_moe_gpu:${FP4MOE_RACECHECK_FILTER:-*deepseek_r1_w4a16_sm90*:*Hostile*sm90*:*EveryCompiled*:*Tail*:*GemmOverlap*AlsoBackToBack*}"; do
         t=${spec%%:*}; filter=${spec#*:}
         echo "=== racecheck $t ($filter)"
         timeout ${FP4MOE_RACECHECK_TIMEOUT:-600} compute-sanitizer --tool racecheck --error-exitcode 3 "$bin/$t" \

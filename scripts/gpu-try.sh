@@ -34,7 +34,7 @@ if [ $rc != 0 ]; then
   exit 1
 fi
 
-filter=${FP4MOE_TRY_SANITIZE:-*Plan*:*HostileRouting*:*GemmOverlap*:*SplitK*:*deepseek*}
+filter=${FP4MOE_TRY_SANITIZE:-*Plan*:*HostileRouting*:*GemmOverlap*AlsoBackToBack*:*SplitK*:*deepseek*}
 if [ "$filter" != none ]; then
   for tool in memcheck racecheck; do
     SECONDS=0
