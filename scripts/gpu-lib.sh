@@ -16,7 +16,9 @@
 #
 # env: GPU_AB_REPS (repetitions of each A/B, default 3), GPU_AB_BASE_BIN (default
 # gpubin/base/fp4moe-bench), GPU_SANITIZE_FILTER (default: the plan, hostile-routing, overlap,
-# split-K and DeepSeek-R1 tests, ~140-170 s under racecheck).
+# split-K and DeepSeek-R1 tests, ~140-170 s under racecheck), GPU_SANITIZE_BIN (default
+# gpubin/bin/test_moe_gpu; e.g. gpubin/base/test_moe_gpu, staged with FP4MOE_STAGE_MORE_TESTS=1)
+# and GPU_SANITIZE_TAG (a suffix for its output file and log line, to run the same tool twice).
 out=${OUT:-/tmp/fp4moe-out}
 log=${log:-$out/run.txt}
 mkdir -p "$out"
@@ -79,11 +81,12 @@ gpu_sanitize() {
   local tool=$1 t=${2:-200} s=$SECONDS rc
   local filter=${GPU_SANITIZE_FILTER:-*Plan*:*HostileRouting*:*GemmOverlap*AlsoBackToBack*:*SplitK*:*deepseek*}
   echo "=== $tool on $filter" >> "$log"
-  timeout "$t" compute-sanitizer --tool "$tool" --error-exitcode 3 gpubin/bin/test_moe_gpu --gtest_filter="$filter" \
-    > "$out/$tool.txt" 2>&1
+  local bin=${GPU_SANITIZE_BIN:-gpubin/bin/test_moe_gpu} name=${tool}${GPU_SANITIZE_TAG:+_$GPU_SANITIZE_TAG}
+  timeout "$t" compute-sanitizer --tool "$tool" --error-exitcode 3 "$bin" --gtest_filter="$filter" \
+    > "$out/$name.txt" 2>&1
   rc=$?
-  _gpu_step "$tool" $rc $((SECONDS - s))
-  grep -E "SUMMARY|PASSED|FAILED|Error|hazard" "$out/$tool.txt" | head -10 >> "$log"
+  _gpu_step "$name ($bin)" $rc $((SECONDS - s))
+  grep -E "SUMMARY|PASSED|FAILED|Error|hazard|OK \]" "$out/$name.txt" | head -12 >> "$log"
   return $rc
 }
 

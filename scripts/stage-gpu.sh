@@ -9,7 +9,9 @@
 #   gpubin/base/fp4moe-bench(.gz)  with FP4MOE_STAGE_BASE=REV only: fp4moe-bench built at another commit
 #                           (in a temporary git worktree), the "base" of scripts/gpu-ab.sh's A/B
 #   gpubin/NAME/fp4moe-bench  with FP4MOE_STAGE_MORE="NAME=REV ..." only: more builds at other commits,
-#                           for A/Bs of several candidates in one GPU run (FP4MOE_AB_HEAD_BIN)
+#                           for A/Bs of several candidates in one GPU run (FP4MOE_AB_HEAD_BIN); with
+#                           FP4MOE_STAGE_MORE_TESTS=1 also gpubin/NAME/test_moe_gpu (and for the base),
+#                           e.g. to time a sanitizer on the base's tests (GPU_SANITIZE_BIN)
 #   gpubin/trace/fp4moe-bench with FP4MOE_STAGE_TRACE=1 only: the working tree built with
 #                           -DFP4MOE_TRACE=ON (in build-trace/), for `fp4moe-bench --trace`'s kernel
 #                           timeline; its times are not for comparison (tracing adds barriers and atomics)
@@ -36,11 +38,14 @@ build_bench_at() {
   worktrees+=("$wt")
   git -C "$root" worktree add --detach "$wt" "$rev" >/dev/null
   ln -s "$root/.deps" "$wt/.deps"  # the pinned headers (git-ignored, not in the worktree)
+  local targets=(fp4moe-bench)
+  [ "${FP4MOE_STAGE_MORE_TESTS:-0}" = 1 ] && [ -z "${3:-}" ] && targets+=(test_moe_gpu)
   cmake -S "$wt" -B "$wt/build" -G Ninja -DCMAKE_BUILD_TYPE=Release ${3:-} >/dev/null
-  cmake --build "$wt/build" -j "${FP4MOE_JOBS:-$(nproc)}" --target fp4moe-bench
+  cmake --build "$wt/build" -j "${FP4MOE_JOBS:-$(nproc)}" --target "${targets[@]}"
   mkdir -p "$stage/$name"
   cp "$wt/build/fp4moe-bench" "$stage/$name/"
-  strip --strip-debug "$stage/$name/fp4moe-bench" 2>/dev/null || true
+  [ ${#targets[@]} -gt 1 ] && cp "$wt/build/tests/test_moe_gpu" "$stage/$name/"
+  strip --strip-debug "$stage/$name"/* 2>/dev/null || true
   echo "stage-gpu: gpubin/$name/fp4moe-bench is $(git -C "$root" rev-parse --short=12 "$rev")"
 }
 builds=()
@@ -74,7 +79,7 @@ tar -C "$stage" -czf "$root/gpubin/bin.tar.gz" bin
 # (the extra builds gzipped, a fifth of their size: scripts/gpu-unpack-builds.sh)
 for spec in "${builds[@]}"; do
   mkdir -p "$root/gpubin/${spec%%=*}"
-  gzip -c "$stage/${spec%%=*}/fp4moe-bench" > "$root/gpubin/${spec%%=*}/fp4moe-bench.gz"
+  for f in "$stage/${spec%%=*}"/*; do gzip -c "$f" > "$root/gpubin/${spec%%=*}/$(basename "$f").gz"; done
 done
 if [ "${FP4MOE_STAGE_PYTHON:-1}" != 0 ]; then
   tar -C "$root/.deps/cutlass" -czf "$root/gpubin/cutlass.tar.gz" include
