@@ -8,6 +8,7 @@
 #   source scripts/gpu-lib.sh
 #   gpu_init
 #   gpu_tests || { gpu_pack all; exit 1; }     # gpubin/bin/test_moe_gpu
+#   gpu_check gpubin/bin/fp4moe-bench deepseek-r1:1,8,128 qwen3-30b-a3b:8   # --check, each preset
 #   gpu_ab fast gpubin/bin/fp4moe-bench 200 deepseek-r1:1,8,32,128 qwen3-30b-a3b:8
 #   gpu_trace deepseek-r1:32,128               # gpubin/trace/fp4moe-bench (FP4MOE_STAGE_TRACE=1)
 #   gpu_sanitize memcheck 200; gpu_sanitize racecheck 200
@@ -88,6 +89,22 @@ gpu_sanitize() {
   _gpu_step "$name ($bin)" $rc $((SECONDS - s))
   grep -E "SUMMARY|PASSED|FAILED|Error|hazard|OK \]" "$out/$name.txt" | head -12 >> "$log"
   return $rc
+}
+
+# gpu_check BIN PRESET:TOKENS...: `fp4moe-bench --check --verbose` of BIN (e.g. gpubin/bin/fp4moe-bench
+# or an extra build's) at each preset's tokens, 60 s each, into $OUT/check_<build>.txt; one log step
+# whose status is the number of failed presets, their names, and the table rows (pass/fail).
+gpu_check() {
+  local bin=$1 s=$SECONDS failed=0 spec name
+  shift
+  name=$(basename "$(dirname "$bin")")
+  for spec in "$@"; do
+    timeout 60 "$bin" --preset "${spec%%:*}" --tokens "${spec#*:}" --routing random --check --verbose \
+      >> "$out/check_$name.txt" 2>&1 || { failed=$((failed + 1)); echo "=== --check $spec FAILED ($bin)" >> "$log"; }
+  done
+  _gpu_step "check $name" $failed $((SECONDS - s))
+  grep -E "pass \(|fail" "$out/check_$name.txt" | head -24 >> "$log"
+  return $failed
 }
 
 # gpu_tables: the README's tables as session 20's run 6 made them (its script repeated session
