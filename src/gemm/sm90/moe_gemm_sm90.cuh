@@ -209,7 +209,8 @@ struct Sm90Traits {
   static constexpr int kOffBars = kOffTileInfo + (kTileHandoff ? kStages * 16 : 0);
   // full[kStages], empty[kStages], then one sink barrier that takes the releases of "no previous
   // stage" (a tile's first stage), so that the K loop releases unconditionally; nobody waits on it.
-  static constexpr int kSmemBytes = kOffBars + (2 * kStages + 1) * 8 + 1024;  // + alignment slack
+  // Then two for GEMM1's overlap count (count_gemm1_units; allotted in every kernel, 16 bytes).
+  static constexpr int kSmemBytes = kOffBars + (2 * kStages + 3) * 8 + 1024;  // + alignment slack
 
   // A tile of at most kSmallN tokens runs the K loop of N = kSmallN instead of kBN (0: no second
   // size), which may narrow its wgmma N further (NarrowN).
@@ -587,15 +588,14 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
           make_uint4(packed_bf16[4], packed_bf16[5], packed_bf16[6], packed_bf16[7]);
     }
     named_barrier_sync(bar_id, 128);  // staging is reused by the next tile
-    if (T::kOverlaps && p.overlap && tid == 0) {
+    if (kDirect && p.overlap && tid == 0) {
       // This unit of the token tile is in: GEMM2 may read its rows. After the barrier, thread 0's
       // release (cumulative) orders the warpgroup's stores before the count. (Direct GEMM1 waits
       // for the plan first, which zeroes the counts, long done by the end of a tile, and only then
-      // lets GEMM2 be scheduled: kernel end.)
-      if constexpr (kDirect) {
-        pdl_wait();
-        pdl_launch_dependents();
-      }
+      // lets GEMM2 be scheduled: kernel end.) The other GEMM1 kernels count in the producer
+      // warpgroup (count_gemm1_units): a one-token forward has a single round of tiles.
+      pdl_wait();
+      pdl_launch_dependents();
       red_release_gpu_add(&p.ws.tile_done[x.token_tile], 1);
     }
   } else {
@@ -702,6 +702,25 @@ __device__ __forceinline__ TileCoord direct_tile(const int32_t* table, int64_t t
   return {table[1 + tile], table[1 + kDirectMaxK + tile], table[1 + 2 * kDirectMaxK + tile]};
 }
 
+// GEMM1 with MoeGemmParams::overlap: the producer warpgroup's thread 32 counts the weight units of
+// each of the CTA's tiles into tile_done once all consumer warpgroups have arrived on `counted`
+// (their epilogues done), then frees `counted + 1` for the next tile's arrivals (so `counted` never
+// runs a phase ahead of this thread). There is no split-K with the overlap, so a work unit is a
+// tile; 32-bit, as launch_traits keeps the work below 2^31.
+template <int kConsumers>
+__device__ __forceinline__ void count_gemm1_units(int32_t* tile_done, FastDiv div_m_blocks, uint64_t* counted,
+                                                  uint32_t tiles, uint32_t m_blocks, int m_units) {
+  uint32_t phase = 0;
+  for (uint32_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const uint32_t token_tile = div_m_blocks.div(t);
+    const int mb = int(t - token_tile * m_blocks);
+    mbar_wait(counted, phase);
+    red_release_gpu_add(&tile_done[token_tile], min(kConsumers, m_units - mb * kConsumers));
+    mbar_arrive(counted + 1);
+    phase ^= 1;
+  }
+}
+
 // kDirect: direct GEMM1 (MoeGemmParams::direct_ids; BN16 GEMM1 configs only): it reads nothing that
 // the plan or the permute writes (the tile table from make_direct_table, the token's row straight
 // from the hidden states), so it goes on at once. Each consumer warpgroup waits for them before it
@@ -741,6 +760,10 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
     // The sink (Sm90Traits::kSmemBytes) takes whole warps' arrivals like the stages, so it counts the
     // same: a warp's 32 arrivals must never exceed the pending count.
     mbar_init(&empty[T::kStages], T::kConsumers * 128);
+    if constexpr (T::kGemm1 && T::kOverlaps && !kDirect) {
+      mbar_init(&empty[T::kStages + 1], T::kConsumers);  // counted: each consumer warpgroup's thread 0
+      mbar_init(&empty[T::kStages + 2], 1);              // free: the signalling thread
+    }
     fence_barrier_init();
   }
   // With MoeGemmParams::overlap, GEMM1 waits for the permute (and through it the plan) and only then
@@ -825,6 +848,22 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   if (wg == 0) {
     // ---- Producer --------------------------------------------------------------------------------
     if constexpr (T::kUseSetmaxnreg) regs_decrease<T::kProducerRegs>();
+    if constexpr (T::kGemm1 && T::kOverlaps && !kDirect) {
+      // With the overlap, thread 32 counts the finished weight units into tile_done for GEMM2
+      // (count_gemm1_units), off the consumers' path: a gpu-scope release waits until the
+      // epilogue's stores are visible, and the whole consumer warpgroup stood still while its thread
+      // 0 released (4-6% of the layer at Qwen3-30B and gpt-oss-20b T = 8-16, session 21). The
+      // consumers' thread 0 arrive on `counted` after their epilogue's closing barrier (a CTA-scope
+      // release); thread 32 acquires that and releases at gpu scope, which is cumulative: it orders
+      // the stores it observed through the barrier. (The role by a warp-uniform test: by thread
+      // index alone, ptxas spilled the producer's stage loop.)
+      if (__shfl_sync(0xffffffffu, tid / 32, 0) == 1) {
+        if (tid == 32 && p.overlap)
+          count_gemm1_units<T::kConsumers>(p.ws.tile_done, p.div_m_blocks, empty + T::kStages + 1,
+                                           uint32_t(num_work), uint32_t(m_blocks), m_units);
+        return;
+      }
+    }
     if (tid != 0) return;
     const uint8_t* weights = T::kGemm1 ? p.w13 : p.w2;
     const uint8_t* act = reinterpret_cast<const uint8_t*>(T::kGemm1 ? p.ws.x : p.ws.h);
@@ -926,6 +965,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
                     x.trace_acc = trace_consumer_acc[x.c];
                     if (tid == 0) for (int i = 0; i < 6; ++i) x.trace_acc[i] = 0;)
   PipeState ps;
+  uint32_t count_phase = 0;  // GEMM1 with the overlap: the signalling thread's `free` phase (above)
   for (int64_t w = blockIdx.x; w < num_work; w += gridDim.x) {
     FP4MOE_TRACE_ONLY(const long long find_from = clock64();)
     const uint32_t t = tile_of(w);
@@ -952,6 +992,17 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
     FP4MOE_TRACE_ONLY(const long long consume_from = clock64();
                       if (tid == 0) x.trace_acc[3] += (unsigned long long)(consume_from - find_from);)
     consume_bucketed<T, kDirect>(p, x, tc, mu, active, bucket, ps);
+    if constexpr (T::kGemm1 && T::kOverlaps && !kDirect) {
+      // The unit's epilogue is done (consume_tile ends on the warpgroup's barrier): hand the count
+      // to thread 32, once it has taken the previous one (so `counted` never runs a phase ahead).
+      // (The whole warpgroup waits: a wait loop in thread 0 alone cost the K loop ptxas's uniform
+      // registers, 402 -> 510 SASS instructions per four chunks.)
+      if (p.overlap) {
+        mbar_wait(empty + T::kStages + 2, count_phase ^ 1);
+        if (tid == 0) mbar_arrive(empty + T::kStages + 1);
+        count_phase ^= 1;
+      }
+    }
     FP4MOE_TRACE_ONLY(if (tid == 0) {
       x.trace_acc[4] += (unsigned long long)(clock64() - consume_from);
       x.trace_acc[5] += 1;
