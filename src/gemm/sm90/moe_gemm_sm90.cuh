@@ -703,9 +703,9 @@ __device__ __forceinline__ TileCoord direct_tile(const int32_t* table, int64_t t
 }
 
 // GEMM1 with MoeGemmParams::overlap: the producer warpgroup's thread 32 counts the weight units of
-// each of the CTA's tiles into tile_done once all consumer warpgroups have arrived on `counted`
-// (their epilogues done), then frees `counted + 1` for the next tile's arrivals (so `counted` never
-// runs a phase ahead of this thread). There is no split-K with the overlap, so a work unit is a
+// each of the CTA's tiles into tile_done once every consumer thread has arrived on `counted` (its
+// epilogue done), then completes a phase of `counted + 1` (`free`), which each consumer thread
+// waits for before its next arrival: neither barrier can run a phase ahead of its waiters. There is no split-K with the overlap, so a work unit is a
 // tile; 32-bit, as launch_traits keeps the work below 2^31.
 template <int kConsumers>
 __device__ __forceinline__ void count_gemm1_units(int32_t* tile_done, FastDiv div_m_blocks, uint64_t* counted,
@@ -761,7 +761,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
     // same: a warp's 32 arrivals must never exceed the pending count.
     mbar_init(&empty[T::kStages], T::kConsumers * 128);
     if constexpr (T::kGemm1 && T::kOverlaps && !kDirect) {
-      mbar_init(&empty[T::kStages + 1], T::kConsumers);  // counted: each consumer warpgroup's thread 0
+      mbar_init(&empty[T::kStages + 1], T::kConsumers * 128);  // counted: every consumer thread
       mbar_init(&empty[T::kStages + 2], 1);              // free: the signalling thread
     }
     fence_barrier_init();
@@ -852,11 +852,11 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
       // With the overlap, thread 32 counts the finished weight units into tile_done for GEMM2
       // (count_gemm1_units), off the consumers' path: a gpu-scope release waits until the
       // epilogue's stores are visible, and the whole consumer warpgroup stood still while its thread
-      // 0 released (4-6% of the layer at Qwen3-30B and gpt-oss-20b T = 8-16, session 21). The
-      // consumers' thread 0 arrive on `counted` after their epilogue's closing barrier (a CTA-scope
-      // release); thread 32 acquires that and releases at gpu scope, which is cumulative: it orders
-      // the stores it observed through the barrier. (The role by a warp-uniform test: by thread
-      // index alone, ptxas spilled the producer's stage loop.)
+      // 0 released (4-6% of the layer at Qwen3-30B and gpt-oss-20b T = 8-16, session 21). Every
+      // consumer thread arrives on `counted` after its epilogue (a CTA-scope release of its
+      // stores); thread 32 acquires that and releases at gpu scope, which is cumulative: it orders
+      // the stores it observed. (The role by a warp-uniform test: by thread index alone, ptxas
+      // spilled the producer's stage loop.)
       if (__shfl_sync(0xffffffffu, tid / 32, 0) == 1) {
         if (tid == 32 && p.overlap)
           count_gemm1_units<T::kConsumers>(p.ws.tile_done, p.div_m_blocks, empty + T::kStages + 1,
@@ -993,13 +993,15 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
                       if (tid == 0) x.trace_acc[3] += (unsigned long long)(consume_from - find_from);)
     consume_bucketed<T, kDirect>(p, x, tc, mu, active, bucket, ps);
     if constexpr (T::kGemm1 && T::kOverlaps && !kDirect) {
-      // The unit's epilogue is done (consume_tile ends on the warpgroup's barrier): hand the count
-      // to thread 32, once it has taken the previous one (so `counted` never runs a phase ahead).
-      // (The whole warpgroup waits: a wait loop in thread 0 alone cost the K loop ptxas's uniform
-      // registers, 402 -> 510 SASS instructions per four chunks.)
+      // The unit's epilogue is done: hand the count to thread 32, once it has taken the previous
+      // one. Every thread waits, then arrives (a CTA-scope release of its own stores): with thread
+      // 0 alone arriving, `free` could complete the next phase before another warp's wait had seen
+      // the previous one, which then waited on the parity of a phase two ahead, for ever (found in
+      // review after racecheck did not finish). (A wait loop in thread 0 alone also cost the K
+      // loop ptxas's uniform registers, 402 -> 510 SASS instructions per four chunks.)
       if (p.overlap) {
         mbar_wait(empty + T::kStages + 2, count_phase ^ 1);
-        if (tid == 0) mbar_arrive(empty + T::kStages + 1);
+        mbar_arrive(empty + T::kStages + 1);
         count_phase ^= 1;
       }
     }
