@@ -122,51 +122,40 @@ TEST(SelectConfig, SplitKOnlyForFewDecodeTiles) {
   }
 }
 
-// The GEMM overlap: 16-token tiles only, at most kOverlapMaxRounds expected rounds of GEMM1 tiles
-// under uniform routing (the measured points quoted in config.h).
-TEST(SelectConfig, OverlapsTheGemmsOnlyForFewRoundsOf16TokenTiles) {
+// The GEMM overlap: wherever GEMM1 runs 16-token tiles (both BN16 configs), at any number of rounds
+// (session 22's measurements, quoted in config.h); never with a wider tile or without work.
+TEST(SelectConfig, OverlapsTheGemmsWhereverGemm1Has16TokenTiles) {
   const Sm90Config bn16 = select_config(deepseek(1));
   ASSERT_EQ(bn16.tile_tokens, 16);
-  // DeepSeek-R1 GEMM1: 64 units, 16 m-blocks. Experts with rows: T=1 8 (1.0 rounds), T=6 44.4 (5.4),
-  // T=8 57.4 (7.0).
-  EXPECT_TRUE(select_gemm_overlap(deepseek(1), bn16, 64));
-  EXPECT_TRUE(select_gemm_overlap(deepseek(6), bn16, 64));
-  EXPECT_FALSE(select_gemm_overlap(deepseek(8), bn16, 64));
-  EXPECT_FALSE(select_gemm_overlap(deepseek(0), bn16, 64));
-  ConfigInput qwen;  // Qwen3-30B: E=128, top-8, GEMM1 24 units (6 m-blocks)
-  qwen.num_tokens = 8;
-  qwen.top_k = 8;
-  qwen.num_local_experts = 128;
-  qwen.num_sms = 132;
-  EXPECT_TRUE(select_gemm_overlap(qwen, bn16, 24));  // 51.6 experts: 2.3 rounds
-  qwen.num_tokens = 32;                                // 111.8: 5.1
-  EXPECT_TRUE(select_gemm_overlap(qwen, bn16, 24));
-  qwen.num_tokens = 64;                                // 125.9: 5.7
-  EXPECT_FALSE(select_gemm_overlap(qwen, bn16, 24));
-  ConfigInput scout;  // Llama-4-Scout: E=16, top-1, GEMM1 256 units (64 m-blocks)
-  scout.top_k = 1;
-  scout.num_local_experts = 16;
-  scout.num_sms = 132;
-  scout.num_tokens = 16;  // 10.3 experts: 5.0 rounds
-  EXPECT_TRUE(select_gemm_overlap(scout, bn16, 256));
-  scout.num_tokens = 32;  // 14.0: 6.8
-  EXPECT_FALSE(select_gemm_overlap(scout, bn16, 256));
-  scout.num_tokens = 100000;  // every expert: 7.8 (and no overflow of the power)
-  EXPECT_FALSE(select_gemm_overlap(scout, bn16, 256));
-  // An expert shard with fewer local experts than picks: every local expert counts.
+  const Sm90Config narrow = compiled_configs()[kNarrowDecodeConfig];
+  ASSERT_EQ(narrow.tile_tokens, 16);
+  // DeepSeek-R1 T=1 (1.0 expected rounds of GEMM1 tiles), T=8 (7.0: beyond session 9's limit of
+  // 5.5), T=128 (30.5).
+  for (int64_t t : {1, 8, 128}) {
+    EXPECT_TRUE(select_gemm_overlap(deepseek(t), bn16)) << "T=" << t;
+    EXPECT_TRUE(select_gemm_overlap(deepseek(t), narrow)) << "T=" << t;
+  }
+  // An expert shard with fewer local experts than picks.
   ConfigInput shard = deepseek(1);
   shard.num_local_experts = 4;
-  EXPECT_TRUE(select_gemm_overlap(shard, bn16, 64));  // 4 x 16 m-blocks
-  // The narrow decode config has 2 consumers: twice the m-blocks.
-  const Sm90Config narrow = compiled_configs()[kNarrowDecodeConfig];
-  EXPECT_TRUE(select_gemm_overlap(deepseek(1), narrow, 64));   // 8 experts x 32 m-blocks: 1.9 rounds
-  EXPECT_FALSE(select_gemm_overlap(deepseek(6), narrow, 64));  // 44.4 x 32: 10.8
-  // Never with a wider token tile, whatever the rounds.
+  EXPECT_TRUE(select_gemm_overlap(shard, bn16));
+  // Nothing to overlap: no tokens, no local experts, no picks.
+  EXPECT_FALSE(select_gemm_overlap(deepseek(0), bn16));
+  shard.num_local_experts = 0;
+  EXPECT_FALSE(select_gemm_overlap(shard, bn16));
+  ConfigInput no_picks = deepseek(8);
+  no_picks.top_k = 0;
+  EXPECT_FALSE(select_gemm_overlap(no_picks, bn16));
+  // Never with a wider token tile, whatever the tokens.
+  int wider = 0;
   for (const Sm90Config& c : compiled_configs()) {
     if (c.tile_tokens != 16) {
-      EXPECT_FALSE(select_gemm_overlap(deepseek(1), c, 64)) << c.name();
+      ++wider;
+      EXPECT_FALSE(select_gemm_overlap(deepseek(1), c)) << c.name();
+      EXPECT_FALSE(select_gemm_overlap(deepseek(8), c)) << c.name();
     }
   }
+  EXPECT_GT(wider, 0);
 }
 
 TEST(SelectConfig, NarrowsTheDecodeConfigOnlyForFewTiles) {

@@ -46,7 +46,7 @@ struct LayerOptions {
   // main-width tile.
   // Same bits either way; off only to measure it.
   bool tail_tiles = true;
-  // GEMM1/GEMM2 overlap (sm90, decode): where GEMM1 has few rounds of tiles (sm90::select_gemm_overlap;
+  // GEMM1/GEMM2 overlap (sm90, decode): where GEMM1 runs 16-token tiles (sm90::select_gemm_overlap;
   // never with tail tiles or split-K), GEMM2 starts a token tile as soon as GEMM1 has finished it,
   // on the SMs GEMM1's last round leaves idle. Same bits either way; off only to measure it.
   bool gemm_overlap = true;

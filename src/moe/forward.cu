@@ -90,7 +90,7 @@ struct MoeLayer::Impl {
   bool gemm_overlap(int64_t num_tokens, const sm90::Sm90Config& c1, const sm90::Sm90Config& c2) const {
     if (!options.gemm_overlap || path != KernelPath::kSm90 || num_tokens <= 0 || tail_config(c1)) return false;
     if (split_k(num_tokens, c1, true) > 1 || split_k(num_tokens, c2, false) > 1) return false;
-    return sm90::select_gemm_overlap(config_input(num_tokens), c1, weights.g1.m_units());
+    return sm90::select_gemm_overlap(config_input(num_tokens), c1);
   }
   // Whether GEMM1 runs direct (LayerOptions::direct_gemm1, MoeGemmParams::direct_ids) for a forward of
   // num_tokens with precomputed routing and GEMM1 config c1: one token, w4a16 without input

@@ -1,7 +1,6 @@
 #include "src/gemm/sm90/config.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "src/gemm/sm90/tune.h"
 #include "src/moe/workspace.h"
@@ -37,16 +36,9 @@ std::optional<Sm90Config> select_tail(const Sm90Config& main) {
   return t;
 }
 
-bool select_gemm_overlap(const ConfigInput& in, const Sm90Config& gemm1, int64_t m_units1) {
-  if (gemm1.tile_tokens != 16) return false;  // the kernels compile it only there (Sm90Traits::kOverlaps)
-  if (in.num_tokens <= 0 || in.num_local_experts <= 0 || in.top_k <= 0 || m_units1 <= 0 || gemm1.consumers <= 0)
-    return false;
-  const double experts = in.num_local_experts;
-  const double pick = std::min(1.0, in.top_k / experts);  // chance that a token picks a given expert
-  const double with_rows = experts * (1.0 - std::pow(1.0 - pick, double(in.num_tokens)));
-  const double m_blocks = double((m_units1 + gemm1.consumers - 1) / gemm1.consumers);
-  const double slots = double(in.num_sms) * std::max(gemm1.ctas_per_sm, 1);
-  return with_rows * m_blocks <= kOverlapMaxRounds * slots;
+bool select_gemm_overlap(const ConfigInput& in, const Sm90Config& gemm1) {
+  // The kernels compile it only for 16-token tiles (Sm90Traits::kOverlaps).
+  return gemm1.tile_tokens == 16 && in.num_tokens > 0 && in.num_local_experts > 0 && in.top_k > 0;
 }
 
 int select_split_k(const ConfigInput& in, const Sm90Config& c, int64_t m_units, int64_t k_units) {

@@ -86,25 +86,23 @@ constexpr int kTailRows = 32;  // the tail config's tile tokens
 
 // GEMM1/GEMM2 overlap (LayerOptions::gemm_overlap, MoeGemmParams::overlap): GEMM2 starts a token
 // tile as soon as GEMM1 has finished it, on the SMs that GEMM1's last, partial round of tiles leaves
-// idle. Chosen for 16-token tiles (the decode configs, the only ones that compile it) where GEMM1
-// is expected to run at most kOverlapMaxRounds rounds of tiles over the persistent CTAs; the caller
-// also excludes split-K. The expectation is that of uniform routing over the local experts (E of
-// them, K picks a token): E (1 - (1 - K/E)^T) experts with rows, one 16-token tile each (at most 8
-// rows per expert on average in this regime), times GEMM1's m-blocks. With expert parallelism it
-// counts every pick as local, so it overestimates the tiles (fewer overlaps, never more).
-// Measured on one H200, the same build with and without it (bench/results/
-// 2026-11-30_h200_s9_run1_overlap-lds_c8e6bfb.txt and 2026-11-30_h200_s9_run2_overlap-rounds_25150e9.txt;
-// expected rounds in brackets):
-//   gains: T=8 Llama-4-Scout -12.1% (3.1), gpt-oss-120b -5.3% (5.0), Qwen3-30B -4.4% (2.3);
-//          Llama-4-Scout T=16 -8.2% (5.0);
-//   noise: T=1 and DeepSeek-R1 T=6 (5.4) -0.7% to +1.2%; Qwen3-30B T=32 +0.5% (5.1), T=128 +0.6%
-//          (5.8); DeepSeek-R1 T=8 -1.0% (7.0), T=16 +0.7%; Llama-4-Scout T=32 -2.1% (6.8), T=64 -1.0%
-//          (7.6);
-//   losses: Qwen3-30B T=64 +1.4% (5.7), gpt-oss-120b T=16 +3.2% (8.9), Llama-4-Scout T=128 +1.6% (7.8).
-// Session 6 measured it on every forward: +3.6% / +4.5% at T=128 for gpt-oss-120b and Qwen3-30B
-// (bench/results/2026-11-30_h200_run1_overlap_two-ctas_d38a910.txt).
-bool select_gemm_overlap(const ConfigInput& in, const Sm90Config& gemm1, int64_t m_units1);
-constexpr double kOverlapMaxRounds = 5.5;
+// idle. Chosen wherever GEMM1 runs 16-token tiles (the decode configs, the only ones that compile
+// it); the caller excludes split-K and tail launches.
+// Until session 22 it was limited to at most 5.5 expected rounds of GEMM1 tiles: with each GEMM1
+// consumer warpgroup waiting for a gpu-scope release of its count after every tile, the overlap lost
+// above that (session 9: Qwen3-30B T=64 +1.4%, Llama-4-Scout T=128 +1.6%, gpt-oss-120b T=16 +3.2%;
+// session 6, on every forward: +3.6% / +4.5% at T=128 for gpt-oss-120b and Qwen3-30B). The count
+// moved to the producer warpgroup (e298a8d); measured on one H200 since, the same build with the
+// overlap everywhere against the 5.5-round limit (bench/results/2026-11-30_h200_s22_run2_overlap-
+// any_1fce17b.txt; expected rounds in brackets):
+//   gains: gpt-oss-120b T=16 -4.8% (8.9), T=32 -2.2% (14.2); Llama-4-Scout T=32 -4.5% (6.8);
+//          gpt-oss-20b T=64 -2.3% (5.6);
+//   noise (-1.5% to +0.6%): DeepSeek-R1 T = 8, 16, 32, 128 (7.0-30.5), Qwen3-30B T = 64 / 128,
+//          Qwen3-235B T = 16, 32, 128, Llama-4-Maverick T = 16, 32, 128 (7.3-39.3), Scout T = 64 /
+//          128, gpt-oss-120b T=128;
+//   losses: Mixtral-8x7B T = 8 / 16 / 32 +1.1 / +0.8 / +0.5% (6.1-6.8), about the spread of the
+//          repetitions.
+bool select_gemm_overlap(const ConfigInput& in, const Sm90Config& gemm1);
 
 // The tile sizes instantiated (a dispatch default fails loudly for anything else).
 constexpr int kSupportedTileTokens[] = {16, 32, 48, 64, 80, 96, 128, 256};
