@@ -72,7 +72,9 @@ if [ "${FP4MOE_STAGE_TRACE:-0}" = 1 ]; then
   builds+=("trace=")
 fi
 mkdir -p "$stage/bin"
-cp "$root"/build/tests/test_* "$root"/build/tests/fp4moe-make-checkpoint "$root"/build/fp4moe-* "$stage/bin/"
+# (test_api opens the stub NVML beside itself: tests/test_gpu_clocks.cpp)
+cp "$root"/build/tests/test_* "$root"/build/tests/libfake_nvml.so "$root"/build/tests/fp4moe-make-checkpoint \
+  "$root"/build/fp4moe-* "$stage/bin/"
 strip --strip-debug "$stage"/bin/* 2>/dev/null || true
 rm -rf "$root/gpubin" && mkdir -p "$root/gpubin"
 tar -C "$stage" -czf "$root/gpubin/bin.tar.gz" bin

@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
+#include <string>
+#include <system_error>
 #include <thread>
 
 #ifndef FP4MOE_FAKE_NVML
@@ -13,6 +16,20 @@
 
 namespace fp4moe::bench {
 namespace {
+
+// The stub beside this test's executable (a build tree, or scripts/stage-gpu.sh's gpubin/bin on the
+// GPU machine, where the build's absolute path does not exist), else where the build put it.
+std::string fake_nvml() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  const fs::path built = FP4MOE_FAKE_NVML;
+  if (!ec) {
+    const fs::path beside = self.parent_path() / built.filename();
+    if (fs::exists(beside, ec)) return beside.string();
+  }
+  return built.string();
+}
 
 TEST(GpuClocks, StatsOfSamples) {
   const ClockStats s = clock_stats({1755, 1980, 1410, 1755}, 1400.0, 2.0);
@@ -31,7 +48,7 @@ TEST(GpuClocks, NoSamplesNoEnergy) {
 }
 
 TEST(GpuClocks, SamplesTheStub) {
-  ClockSampler sampler("0000:3B:00.0", 1, FP4MOE_FAKE_NVML);
+  ClockSampler sampler("0000:3B:00.0", 1, fake_nvml().c_str());
   ASSERT_TRUE(sampler.ok()) << sampler.why_not();
   EXPECT_EQ(sampler.stop().samples, 0);  // not started
   sampler.start();
@@ -49,7 +66,7 @@ TEST(GpuClocks, SamplesTheStub) {
 }
 
 TEST(GpuClocks, SaysWhyItCannot) {
-  ClockSampler no_device("0000:01:00.0", 1, FP4MOE_FAKE_NVML);
+  ClockSampler no_device("0000:01:00.0", 1, fake_nvml().c_str());
   EXPECT_FALSE(no_device.ok());
   EXPECT_NE(no_device.why_not().find("no device at PCI bus 0000:01:00.0"), std::string::npos) << no_device.why_not();
   no_device.start();
