@@ -705,8 +705,9 @@ __device__ __forceinline__ TileCoord direct_tile(const int32_t* table, int64_t t
 // GEMM1 with MoeGemmParams::overlap: the producer warpgroup's thread 32 counts the weight units of
 // each of the CTA's tiles into tile_done once every consumer thread has arrived on `counted` (its
 // epilogue done), then completes a phase of `counted + 1` (`free`), which each consumer thread
-// waits for before its next arrival: neither barrier can run a phase ahead of its waiters. There is no split-K with the overlap, so a work unit is a
-// tile; 32-bit, as launch_traits keeps the work below 2^31.
+// waits for before its next arrival: neither barrier can run a phase ahead of its waiters. There is
+// no split-K with the overlap, so a work unit is a tile; 32-bit, as launch_traits keeps the work
+// below 2^31.
 template <int kConsumers>
 __device__ __forceinline__ void count_gemm1_units(int32_t* tile_done, FastDiv div_m_blocks, uint64_t* counted,
                                                   uint32_t tiles, uint32_t m_blocks, int m_units) {
@@ -739,6 +740,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + T::kOffBars);
   uint64_t* empty = full + T::kStages;
+  // GEMM1 with the overlap (count_gemm1_units): after the sink, `counted` and `free`.
+  uint64_t* const counted = empty + T::kStages + 1;
+  uint64_t* const count_free = counted + 1;
   int32_t* tile_start = reinterpret_cast<int32_t*>(smem + T::kOffTileStart);
   int4* const tile_info = reinterpret_cast<int4*>(smem + T::kOffTileInfo);
   FP4MOE_TRACE_CTA(p.ws.trace, T::kGemm1 ? (p.tail_of > 0 ? kTraceGemm1Tail : kTraceGemm1)
@@ -761,8 +765,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
     // same: a warp's 32 arrivals must never exceed the pending count.
     mbar_init(&empty[T::kStages], T::kConsumers * 128);
     if constexpr (T::kGemm1 && T::kOverlaps && !kDirect) {
-      mbar_init(&empty[T::kStages + 1], T::kConsumers * 128);  // counted: every consumer thread
-      mbar_init(&empty[T::kStages + 2], 1);              // free: the signalling thread
+      mbar_init(counted, T::kConsumers * 128);  // every consumer thread
+      mbar_init(count_free, 1);                 // the signalling thread
     }
     fence_barrier_init();
   }
@@ -859,7 +863,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
       // spilled the producer's stage loop.)
       if (__shfl_sync(0xffffffffu, tid / 32, 0) == 1) {
         if (tid == 32 && p.overlap)
-          count_gemm1_units<T::kConsumers>(p.ws.tile_done, p.div_m_blocks, empty + T::kStages + 1,
+          count_gemm1_units<T::kConsumers>(p.ws.tile_done, p.div_m_blocks, counted,
                                            uint32_t(num_work), uint32_t(m_blocks), m_units);
         return;
       }
@@ -1000,8 +1004,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
       // review after racecheck did not finish). (A wait loop in thread 0 alone also cost the K
       // loop ptxas's uniform registers, 402 -> 510 SASS instructions per four chunks.)
       if (p.overlap) {
-        mbar_wait(empty + T::kStages + 2, count_phase ^ 1);
-        mbar_arrive(empty + T::kStages + 1);
+        mbar_wait(count_free, count_phase ^ 1);
+        mbar_arrive(counted);
         count_phase ^= 1;
       }
     }
