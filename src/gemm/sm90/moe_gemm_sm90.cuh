@@ -552,6 +552,42 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
     float* stg = reinterpret_cast<float*>(x.staging);  // [BN][36] fp32
     const int ui = 8 * warp + lane / 4;
     const float alpha = pre_alpha, bias_gate = pre_bias0, bias_up = pre_bias1;
+    if constexpr (T::kBN == 16) {
+      if (!p.w4a4) {
+        // The 16-token tiles in w4a16 store from registers. Warp w holds intermediate columns
+        // 32 mu + 8 w + j (j = lane / 4) of tokens 8 nb + 2 (lane % 4) (+1): an 8 x 8 block per nb,
+        // each token's 8 columns one 16-byte piece of the tiled intermediate. Transposed in the warp
+        // (movmatrix), lanes 4 n .. 4 n + 3 hold token n's piece, 4 bytes each: no staging, no
+        // barrier. (w4a4 quantizes 16-column blocks, across two warps: the staging below.)
+        char* const h = reinterpret_cast<char*>(p.ws.h);
+        const int64_t k = int64_t(mu) * layout::kIntermediatePerUnit + 8 * warp;
+#pragma unroll
+        for (int nb = 0; nb < kN / 8; ++nb) {
+          if (8 * nb >= tc.rows) break;
+          float v[2];
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const float gate = acc[4 * nb + hh] * alpha + bias_gate;
+            const float up = acc[4 * nb + 2 + hh] * alpha + bias_up;
+            v[hh] = activation_f32(p.activation, gate, up);
+          }
+          const uint32_t piece = movmatrix_trans(bf16x2_rn(v[0], v[1]));
+          const int n = 8 * nb + lane / 4;
+          if (n < tc.rows)
+            *reinterpret_cast<uint32_t*>(h + tiled_offset_bytes(tc.row0 + n, k, p.layout.rows_cap) + 4 * (lane % 4)) =
+                piece;
+        }
+        if (kDirect && p.overlap) {
+          named_barrier_sync(bar_id, 128);  // the warpgroup's stores before thread 0's release (below)
+          if (tid == 0) {
+            pdl_wait();
+            pdl_launch_dependents();
+            red_release_gpu_add(&p.ws.tile_done[x.token_tile], 1);
+          }
+        }
+        return;
+      }
+    }
 #pragma unroll
     for (int nb = 0; nb < kN / 8; ++nb) {
       // (Columns past the tile's tokens are never stored: a decode tile of at most 8 tokens skips

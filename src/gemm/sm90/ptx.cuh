@@ -141,6 +141,15 @@ __device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, uint32_t r0, ui
                : "memory");
 }
 
+// The transpose of an 8 x 8 matrix of 16-bit values held by a warp, in registers. Lane l passes
+// row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 (low, high half), and gets the same positions of
+// the transpose: column l / 4 of the input, its rows 2 (l % 4) and 2 (l % 4) + 1.
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t a) {
+  uint32_t d;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(d) : "r"(a));
+  return d;
+}
+
 // {float_to_bf16(lo), float_to_bf16(hi)} packed (lo in the low half): one cvt for the pair, the
 // software conversion only for NaN inputs (whose quiet, sign-kept result the hardware's canonical
 // NaN would not match), so the bits are float_to_bf16's for every input.
