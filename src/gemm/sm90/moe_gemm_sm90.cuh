@@ -197,10 +197,10 @@ struct Sm90Traits {
   // int32 [kMaxLocalExperts + 1]: tile_start; with kSharedTileTables, then counts and seg_start
   static constexpr int kOffTileStart = kOffRowWeight + kConsumers * kBN * 4;
   // The decode kernels' hand-off of each work unit's tile from the producer to the consumers, which
-  // then do no lookup of their own: [kStages] int4 of (local expert, first row, rows, token tile),
-  // in the slot of the unit's first stage. The producer writes it between its wait on that stage's
-  // empty barrier and its arrival on the full one; the consumers read it after their wait on the
-  // full barrier, before they release the stage. GEMM2 only, where decode tiles are short (32 K
+  // then do no lookup of their own: [kStages] int4 of (local expert, first row, rows, work unit),
+  // in the slot of the unit's first stage (unit -1: no more units). The producer writes it between
+  // its wait on that stage's empty barrier and its arrival on the full one; the consumers read it
+  // after their wait on the full barrier, before they release the stage. GEMM2 only, where decode tiles are short (32 K
   // chunks at DeepSeek-R1, 12 at Qwen3-30B): in GEMM1's BN16 kernels it cost the K loop 6 SASS
   // instructions per four chunks, and in the 4-consumer BN128 a spill inside the K loop.
   static constexpr bool kTileHandoff = kBN == 16 && !kGemm1;
@@ -210,7 +210,9 @@ struct Sm90Traits {
   // full[kStages], empty[kStages], then one sink barrier that takes the releases of "no previous
   // stage" (a tile's first stage), so that the K loop releases unconditionally; nobody waits on it.
   // Then two for GEMM1's overlap count (count_gemm1_units; allotted in every kernel, 16 bytes).
-  static constexpr int kSmemBytes = kOffBars + (2 * kStages + 3) * 8 + 1024;  // + alignment slack
+  // The decode GEMM2's next work unit (schedule_units), a word after the barriers.
+  static constexpr int kOffNextUnit = kOffBars + (2 * kStages + 3) * 8;
+  static constexpr int kSmemBytes = kOffNextUnit + (kTileHandoff ? 8 : 0) + 1024;  // + alignment slack
 
   // A tile of at most kSmallN tokens runs the K loop of N = kSmallN instead of kBN (0: no second
   // size), which may narrow its wgmma N further (NarrowN).
@@ -758,6 +760,24 @@ __device__ __forceinline__ void count_gemm1_units(int32_t* tile_done, FastDiv di
   }
 }
 
+// The decode GEMM2 (Sm90Traits::kTileHandoff): the producer warpgroup's thread 32 takes the CTA's
+// work units after its first (blockIdx.x) from ws.gemm2_next, one ahead of the producer: it puts
+// each in `slot` and completes a phase of `ready`, and waits for the producer's arrival on `taken`
+// before the next; a unit past the last ends both. (An atomic in the producer thread itself waited
+// for its round trip at once: ptxas makes a single thread's atomic add the warp-aggregated form,
+// whose shuffle needs the result.) Only where blockIdx.x < num_work: the producer then takes every
+// unit up to the first past the last, so that none is taken and left.
+__device__ __forceinline__ void schedule_units(int32_t* next, uint32_t* slot, uint64_t* ready, uint64_t* taken,
+                                               uint32_t num_work) {
+  for (uint32_t phase = 0;; phase ^= 1) {
+    mbar_wait(taken, phase ^ 1);  // (first: the CTA's own unit; the atomic after it: one unit ahead, not two)
+    const uint32_t u = gridDim.x + uint32_t(atomicAdd(next, 1));
+    *reinterpret_cast<volatile uint32_t*>(slot) = u;
+    mbar_arrive(ready);  // (a release at CTA scope: the slot's store)
+    if (u >= num_work) return;
+  }
+}
+
 // kDirect: direct GEMM1 (MoeGemmParams::direct_ids; BN16 GEMM1 configs only): it reads nothing that
 // the plan or the permute writes (the tile table from make_direct_table, the token's row straight
 // from the hidden states), so it goes on at once. Each consumer warpgroup waits for them before it
@@ -776,7 +796,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + T::kOffBars);
   uint64_t* empty = full + T::kStages;
-  // GEMM1 with the overlap (count_gemm1_units): after the sink, `counted` and `free`.
+  // GEMM1 with the overlap (count_gemm1_units): after the sink, `counted` and `free`. The decode
+  // GEMM2's (schedule_units): `ready` and `taken` in their place.
   uint64_t* const counted = empty + T::kStages + 1;
   uint64_t* const count_free = counted + 1;
   int32_t* tile_start = reinterpret_cast<int32_t*>(smem + T::kOffTileStart);
@@ -803,6 +824,10 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
     if constexpr (T::kGemm1 && T::kOverlaps && !kDirect) {
       mbar_init(counted, T::kConsumers * 128);  // every consumer thread
       mbar_init(count_free, 1);                 // the signalling thread
+    }
+    if constexpr (T::kTileHandoff) {
+      mbar_init(counted, 1);     // ready: the scheduling thread
+      mbar_init(count_free, 1);  // taken: the producer
     }
     fence_barrier_init();
   }
@@ -875,6 +900,11 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   // short (32 K chunks at DeepSeek-R1) and a tile's setup a visible share. (In GEMM1 the branch cost
   // its BN16 K loop an instruction: it keeps the division, a multiply-high since FastDiv.)
   const bool unsplit = !T::kGemm1 && split == 1;
+  // GEMM2's decode kernels (kTileHandoff) take their work units dynamically: each CTA its first by
+  // blockIdx.x, then the next from a counter (ws.gemm2_next, zeroed by the plan; schedule_units),
+  // so that the SMs GEMM1 leaves first (with the overlap) take more of GEMM2's units. The producer
+  // hands each unit to the consumers with its tile (tile_info), then unit -1.
+  constexpr bool dynamic = T::kTileHandoff;
   // Work unit w's tile, and a token tile's expert and rows, as the producer derives them and the
   // consumers too where the producer does not hand them over (Sm90Traits::kTileHandoff) (32-bit
   // with the launch's divisors: launch_traits keeps the work below 2^31).
@@ -904,17 +934,36 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
         return;
       }
     }
+    if constexpr (dynamic) {
+      if (__shfl_sync(0xffffffffu, tid / 32, 0) == 1) {
+        if (tid == 32 && blockIdx.x < num_work)
+          schedule_units(p.ws.gemm2_next, reinterpret_cast<uint32_t*>(smem + T::kOffNextUnit), counted, count_free,
+                         uint32_t(num_work));
+        return;
+      }
+    }
     if (tid != 0) return;
     const uint8_t* weights = T::kGemm1 ? p.w13 : p.w2;
     const uint8_t* act = reinterpret_cast<const uint8_t*>(T::kGemm1 ? p.ws.x : p.ws.h);
     const uint64_t pol_weights = policy_evict_first();
     const uint64_t pol_act = policy_evict_last();
     PipeState ps;
+    // The next unit from schedule_units (dynamic). The shuffle keeps it warp-uniform for ptxas: a
+    // unit in a plain register moved the producer's tile arithmetic out of uniform registers, and it
+    // spilled.
+    auto take_unit = [&](uint32_t& phase) {
+      mbar_wait(counted, phase);
+      const uint32_t u = *reinterpret_cast<volatile uint32_t*>(smem + T::kOffNextUnit);
+      mbar_arrive(count_free);
+      phase ^= 1;
+      return __shfl_sync(1u, u, 0);
+    };
     int32_t ready_tile = -1;  // GEMM2 with overlap: the token tile whose intermediate rows are in
-    for (int64_t w = blockIdx.x; w < num_work; w += gridDim.x) {
+    uint32_t sched_phase = 0;  // (dynamic: `ready`'s phase)
+    for (uint32_t w = blockIdx.x; w < uint32_t(num_work); w = dynamic ? take_unit(sched_phase) : w + gridDim.x) {
       FP4MOE_TRACE_ONLY(const long long setup_from = clock64();)
       const uint32_t t = tile_of(w);
-      const uint32_t r = uint32_t(w) - t * uint32_t(split);  // this unit's K range
+      const uint32_t r = w - t * uint32_t(split);  // this unit's K range
       const int64_t k0 = unsplit ? 0 : k_begin(r), k1 = unsplit ? k_units : k_begin(r + 1);
       const int32_t token_tile = int32_t(p.div_m_blocks.div(t));
       const TileCoord tc = coord_of(token_tile);
@@ -936,7 +985,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
         mbar_wait(&empty[ps.stage], ps.phase ^ 1);
         FP4MOE_TRACE_ONLY(const long long issue_from = clock64();
                           trace_producer_wait += (unsigned long long)(issue_from - wait_from);)
-        if (T::kTileHandoff && ku == k0) tile_info[ps.stage] = make_int4(tc.expert, tc.row0, tc.rows, token_tile);
+        if (T::kTileHandoff && ku == k0)
+          tile_info[ps.stage] = make_int4(tc.expert, tc.row0, tc.rows, int32_t(w));
         mbar_arrive_expect_tx(&full[ps.stage], uint32_t(n) * (b_bytes + w_bytes));
         const int slot0 = ps.stage * T::kChunks;
         if constexpr (kDirect) {
@@ -974,6 +1024,12 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
         ps.advance(T::kStages);
       }
     }
+    if constexpr (dynamic) {
+      // No more units: a hand-off of unit -1, with no bytes to wait for, ends the consumers' loop.
+      mbar_wait(&empty[ps.stage], ps.phase ^ 1);
+      tile_info[ps.stage] = make_int4(-1, 0, 0, -1);
+      mbar_arrive(&full[ps.stage]);
+    }
     FP4MOE_TRACE_ONLY(if (trace_sums) {
       atomicAdd(trace_sums + kTraceProducerWait, trace_producer_wait);
       atomicAdd(trace_sums + kTraceProducerSetup, trace_producer_setup);
@@ -1006,23 +1062,27 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
                     if (tid == 0) for (int i = 0; i < 6; ++i) x.trace_acc[i] = 0;)
   PipeState ps;
   uint32_t count_phase = 0;  // GEMM1 with the overlap: the signalling thread's `free` phase (above)
-  for (int64_t w = blockIdx.x; w < num_work; w += gridDim.x) {
+  for (int64_t w = blockIdx.x; dynamic || w < num_work; w += gridDim.x) {
     FP4MOE_TRACE_ONLY(const long long find_from = clock64();)
+    int4 info = {};
+    if constexpr (dynamic) {
+      // The unit and its tile from the producer, once its first stage is in (consume_tile's wait on
+      // the same phase then returns at once): unit -1 after the last.
+      mbar_wait(&full[ps.stage], ps.phase);
+      info = tile_info[ps.stage];
+      w = __shfl_sync(0xffffffffu, info.w, 0);
+      if (w < 0) break;
+    }
     const uint32_t t = tile_of(w);
     x.tile = t;
     x.split_index = int(uint32_t(w) - t * uint32_t(split));
     x.k_units = __shfl_sync(0xffffffffu,
                             unsplit ? int(k_units) : int(k_begin(x.split_index + 1) - k_begin(x.split_index)), 0);
     TileCoord tc;
-    if constexpr (T::kTileHandoff) {
-      // The unit's tile from the producer (Sm90Traits::kTileHandoff), once its first stage is in.
-      // (consume_tile's wait on the same phase then returns at once.)
-      mbar_wait(&full[ps.stage], ps.phase);
-      const int4 info = tile_info[ps.stage];
-      x.token_tile = __shfl_sync(0xffffffffu, info.w, 0);
+    x.token_tile = int(p.div_m_blocks.div(t));
+    if constexpr (dynamic) {
       tc = {info.x, info.y, __shfl_sync(0xffffffffu, info.z, 0)};
     } else {
-      x.token_tile = int(p.div_m_blocks.div(t));
       tc = coord_of(x.token_tile);
       tc.rows = __shfl_sync(0xffffffffu, tc.rows, 0);
     }
