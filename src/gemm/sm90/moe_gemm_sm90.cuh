@@ -200,16 +200,18 @@ struct Sm90Traits {
   // then do no lookup of their own: [kStages] int4 of (local expert, first row, rows, work unit),
   // in the slot of the unit's first stage (unit -1: no more units). The producer writes it between
   // its wait on that stage's empty barrier and its arrival on the full one; the consumers read it
-  // after their wait on the full barrier, before they release the stage. GEMM2 only, where decode tiles are short (32 K
-  // chunks at DeepSeek-R1, 12 at Qwen3-30B): in GEMM1's BN16 kernels it cost the K loop 6 SASS
-  // instructions per four chunks, and in the 4-consumer BN128 a spill inside the K loop.
+  // after their wait on the full barrier, before they release the stage. GEMM2 only, where decode
+  // tiles are short (32 K chunks at DeepSeek-R1, 12 at Qwen3-30B): in GEMM1's BN16 kernels it cost
+  // the K loop 6 SASS instructions per four chunks, and in the 4-consumer BN128 a spill inside the
+  // K loop.
   static constexpr bool kTileHandoff = kBN == 16 && !kGemm1;
   static constexpr int kOffTileInfo =
       kOffTileStart + ((kSharedTileTables ? 3 : 1) * (kMaxLocalExperts + 1) * 4 + 15) / 16 * 16;
   static constexpr int kOffBars = kOffTileInfo + (kTileHandoff ? kStages * 16 : 0);
   // full[kStages], empty[kStages], then one sink barrier that takes the releases of "no previous
   // stage" (a tile's first stage), so that the K loop releases unconditionally; nobody waits on it.
-  // Then two for GEMM1's overlap count (count_gemm1_units; allotted in every kernel, 16 bytes).
+  // Then two for GEMM1's overlap count (count_gemm1_units) or the decode GEMM2's unit hand-off
+  // (schedule_units), allotted in every kernel (16 bytes).
   // The decode GEMM2's next work unit (schedule_units), a word after the barriers.
   static constexpr int kOffNextUnit = kOffBars + (2 * kStages + 3) * 8;
   static constexpr int kSmemBytes = kOffNextUnit + (kTileHandoff ? 8 : 0) + 1024;  // + alignment slack
