@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Session 23, run 5 (one H200, the session's last ~150 s of device time): traces of main a141ff0
-# (dynamic GEMM2 units) at the decode points session 22 traced, for the next session's plan.
+# Session 23, prepared as run 5 and NOT run: the device refused a new machine with 155 s left. For
+# the next session: traces of main (dynamic GEMM2 units since 2e6fd7d) at the decode points session
+# 22 traced (a trace build alone stages in ~1 minute).
 # Staged from main: FP4MOE_STAGE_PYTHON=0 FP4MOE_STAGE_TRACE=1 scripts/stage-gpu.sh
 source scripts/gpu-lib.sh
 gpu_init
