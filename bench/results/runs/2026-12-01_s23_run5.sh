@@ -5,5 +5,5 @@
 # Staged from main: FP4MOE_STAGE_PYTHON=0 FP4MOE_STAGE_TRACE=1 scripts/stage-gpu.sh
 source scripts/gpu-lib.sh
 gpu_init
-gpu_trace qwen3-30b-a3b:1,8 deepseek-r1:8 gpt-oss-20b:8
+gpu_trace qwen3-30b-a3b:1,8 deepseek-r1:8 gpt-oss-20b:8 llama4-scout:8
 gpu_pack all
