@@ -805,6 +805,9 @@ void check_gemm_overlap(bool back_to_back) {
       const std::string gemm2 = layers[1]->kernel_info(T).gemm2;
       ASSERT_NE(gemm2.find("overlaps GEMM1"), std::string::npos) << what << ": " << gemm2;
       EXPECT_EQ(layers[0]->kernel_info(T).gemm2.find("overlaps GEMM1"), std::string::npos) << what;
+      // (16-token GEMM2 tiles, with the overlap or without: dynamically taken units either way)
+      EXPECT_NE(gemm2.find("dynamic units"), std::string::npos) << what << ": " << gemm2;
+      EXPECT_NE(layers[0]->kernel_info(T).gemm2.find("dynamic units"), std::string::npos) << what;
       hidden[i] = testing::random_hidden(rng, T, p.hidden_size);
       ids[i].resize(size_t(T) * K);
       wts[i].resize(ids[i].size());

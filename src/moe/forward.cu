@@ -222,8 +222,9 @@ KernelInfo MoeLayer::kernel_info(int64_t num_tokens) const {
     k.gemm1 = "sm90_moe_gemm1_wgmma_rs(" + c1.name() + split(c1, true) + tail_name +
               (impl_->direct_gemm1(num_tokens, c1) ? ", direct with precomputed routing" : "") + ")";
     const bool overlap = impl_->gemm_overlap(num_tokens, c1, c2);
+    // (GEMM2's 16-token kernels take their work units dynamically: moe_gemm_sm90.cuh, schedule_units)
     k.gemm2 = "sm90_moe_gemm2_wgmma_rs(" + c2.name() + split(c2, false) + tail_name +
-              (overlap ? ", overlaps GEMM1" : "") + ")";
+              (overlap ? ", overlaps GEMM1" : "") + (c2.tile_tokens == 16 ? ", dynamic units" : "") + ")";
     k.regime = c1.regime;
     if (c2.name() != c1.name()) k.regime += std::string("; GEMM2 ") + c2.regime;
     return k;
