@@ -28,8 +28,11 @@ mkdir -p "$out"
 _gpu_step() { echo "=== $1 exit $2 ($3 s)" >> "$log"; }
 
 # The binaries (gpubin/bin from its tarball, the gzipped extra builds), NCCL without NVLink
-# multicast, and the GPU's name, clock limit and power limit at the top of the log.
+# multicast, and the GPU's name, clock limit and power limit at the top of the log. Call it first:
+# it empties $OUT, which on a device machine can hold what earlier runs left there (session 23
+# found other sessions' files from the day before in it, which gpu_pack then packed with its own).
 gpu_init() {
+  find "$out" -mindepth 1 -maxdepth 1 -exec rm -rf {} +
   [ -d gpubin/bin ] || tar -C gpubin -xzf gpubin/bin.tar.gz
   bash scripts/gpu-unpack-builds.sh
   export NCCL_NVLS_ENABLE=0
