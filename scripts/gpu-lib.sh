@@ -8,6 +8,7 @@
 #   source scripts/gpu-lib.sh
 #   gpu_init
 #   gpu_tests || { gpu_pack all; exit 1; }     # gpubin/bin/test_moe_gpu
+#   gpu_build_tests a b                        # gpubin/{a,b}/test_moe_gpu (FP4MOE_STAGE_MORE_TESTS=1)
 #   gpu_check gpubin/bin/fp4moe-bench deepseek-r1:1,8,128 qwen3-30b-a3b:8   # --check, each preset
 #   gpu_ab fast gpubin/bin/fp4moe-bench 200 deepseek-r1:1,8,32,128 qwen3-30b-a3b:8
 #   gpu_trace deepseek-r1:32,128               # gpubin/trace/fp4moe-bench (FP4MOE_STAGE_TRACE=1)
@@ -49,6 +50,22 @@ gpu_tests() {
   tail -2 "$out/test_moe_gpu.txt" >> "$log"
   [ $rc = 0 ] || grep -B3 -A12 "Failure\|FAILED" "$out/test_moe_gpu.txt" | head -60 >> "$log"
   return $rc
+}
+
+# gpu_build_tests NAME...: test_moe_gpu of each extra build (gpubin/NAME, staged with
+# FP4MOE_STAGE_MORE_TESTS=1), 150 s each, into $OUT/tests_NAME.txt; a log step each, with the
+# failing tests' lines on failure. Returns the number of builds that failed.
+gpu_build_tests() {
+  local name s rc failed=0
+  for name in "$@"; do
+    s=$SECONDS
+    timeout 150 "gpubin/$name/test_moe_gpu" > "$out/tests_$name.txt" 2>&1
+    rc=$?
+    _gpu_step "test_moe_gpu $name" $rc $((SECONDS - s))
+    tail -2 "$out/tests_$name.txt" >> "$log"
+    [ $rc -eq 0 ] || { failed=$((failed + 1)); grep -E "FAILED|Failure" "$out/tests_$name.txt" | head -20 >> "$log"; }
+  done
+  return $failed
 }
 
 # gpu_ab NAME HEAD_BIN TIMEOUT PRESET:TOKENS...: scripts/gpu-ab.sh of HEAD_BIN against
