@@ -33,6 +33,9 @@ _gpu_step() { echo "=== $1 exit $2 ($3 s)" >> "$log"; }
 # it empties $OUT, which on a device machine can hold what earlier runs left there (session 23
 # found other sessions' files from the day before in it, which gpu_pack then packed with its own).
 gpu_init() {
+  case "$(cd "$out" && pwd -P)" in
+    / | "$(pwd -P)" | "$HOME") echo "gpu_init: OUT=$out is not a scratch folder; not emptying it" >&2; return 1 ;;
+  esac
   find "$out" -mindepth 1 -maxdepth 1 -exec rm -rf {} +
   [ -d gpubin/bin ] || tar -C gpubin -xzf gpubin/bin.tar.gz
   bash scripts/gpu-unpack-builds.sh
