@@ -222,6 +222,20 @@ TEST(SelectConfig, SplitKWorkspaceOnlyWhenAskedFor) {
   EXPECT_LE(on.split_count + 4 * size_t(on.split_counters), on.total);
 }
 
+TEST(SelectConfig, GemmTwoUnitCounterHasItsOwnWord) {
+  // The decode GEMM2's unit counter (schedule_units) sits between tile_done and x, overlapping
+  // neither, 256-byte aligned like every region.
+  for (int64_t tokens : {1, 64, 16384}) {
+    for (int experts : {1, 8, 256}) {
+      const WorkspaceLayout l = WorkspaceLayout::make(tokens, 8, experts, 7168, 2048);
+      EXPECT_GE(l.gemm2_next, l.tile_done + 4 * (size_t(l.max_pairs) + size_t(experts))) << tokens << " " << experts;
+      EXPECT_GE(l.x, l.gemm2_next + 4) << tokens << " " << experts;
+      EXPECT_EQ(l.gemm2_next % 256, 0u);
+      EXPECT_LE(l.gemm2_next + 4, l.total);
+    }
+  }
+}
+
 TEST(SelectConfig, OnlyInstantiatedTilesAndSaneShapes) {
   for (int64_t t : {0, 1, 7, 127, 1000, 65536}) {
     for (int experts : {1, 8, 128, 256}) {
