@@ -556,6 +556,19 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
     float* stg = reinterpret_cast<float*>(x.staging);  // [BN][36] fp32
     const int ui = 8 * warp + lane / 4;
     const float alpha = pre_alpha, bias_gate = pre_bias0, bias_up = pre_bias1;
+    // Direct GEMM1 with the overlap, once the warpgroup's stores are in (after a named barrier): this
+    // unit of the token tile is in, and GEMM2 may read its rows. Thread 0's release (cumulative)
+    // orders the warpgroup's stores before the count. (Direct GEMM1 waits for the plan first, which
+    // zeroes the counts, long done by the end of a tile, and only then lets GEMM2 be scheduled:
+    // kernel end.) The other GEMM1 kernels count in the producer warpgroup (count_gemm1_units): a
+    // one-token forward has a single round of tiles.
+    auto count_direct_unit = [&]() {
+      if (kDirect && p.overlap && tid == 0) {
+        pdl_wait();
+        pdl_launch_dependents();
+        red_release_gpu_add(&p.ws.tile_done[x.token_tile], 1);
+      }
+    };
     if constexpr (T::kBN == 16) {
       if (!p.w4a4) {
         // The 16-token tiles in w4a16 store from registers. Warp w holds intermediate columns
@@ -581,14 +594,8 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
             *reinterpret_cast<uint32_t*>(h + tiled_offset_bytes(tc.row0 + n, k, p.layout.rows_cap) + 4 * (lane % 4)) =
                 piece;
         }
-        if (kDirect && p.overlap) {
-          named_barrier_sync(bar_id, 128);  // the warpgroup's stores before thread 0's release (below)
-          if (tid == 0) {
-            pdl_wait();
-            pdl_launch_dependents();
-            red_release_gpu_add(&p.ws.tile_done[x.token_tile], 1);
-          }
-        }
+        if (kDirect && p.overlap) named_barrier_sync(bar_id, 128);  // the stores before the count
+        count_direct_unit();
         return;
       }
     }
@@ -627,17 +634,8 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
       *reinterpret_cast<uint4*>(h + tiled_offset_bytes(tc.row0 + n, k + 8, p.layout.rows_cap)) =
           make_uint4(packed_bf16[4], packed_bf16[5], packed_bf16[6], packed_bf16[7]);
     }
-    named_barrier_sync(bar_id, 128);  // staging is reused by the next tile
-    if (kDirect && p.overlap && tid == 0) {
-      // This unit of the token tile is in: GEMM2 may read its rows. After the barrier, thread 0's
-      // release (cumulative) orders the warpgroup's stores before the count. (Direct GEMM1 waits
-      // for the plan first, which zeroes the counts, long done by the end of a tile, and only then
-      // lets GEMM2 be scheduled: kernel end.) The other GEMM1 kernels count in the producer
-      // warpgroup (count_gemm1_units): a one-token forward has a single round of tiles.
-      pdl_wait();
-      pdl_launch_dependents();
-      red_release_gpu_add(&p.ws.tile_done[x.token_tile], 1);
-    }
+    named_barrier_sync(bar_id, 128);  // staging is reused by the next tile (and the stores are in)
+    count_direct_unit();
   } else {
     // Rows r0 / r0 + 8 are output features 64 mu + r0 (+8); columns are the tile's tokens.
     uint16_t* stg = reinterpret_cast<uint16_t*>(x.staging);  // [BN][72] bf16
