@@ -43,30 +43,29 @@ gpu_init() {
   nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv >> "$log" 2>&1
 }
 
-# gpu_tests [TIMEOUT]: every test of gpubin/bin/test_moe_gpu; on failure the failing tests' output
-# goes to the log. Returns the test binary's status.
-gpu_tests() {
+# _gpu_test_bin BIN FILE STEP TIMEOUT: one test binary's run into $OUT/FILE, a log step named STEP,
+# the last two lines, and on failure the failing tests' output. Returns the binary's status.
+_gpu_test_bin() {
   local s=$SECONDS rc
-  timeout "${1:-100}" gpubin/bin/test_moe_gpu > "$out/test_moe_gpu.txt" 2>&1
+  timeout "$4" "$1" > "$out/$2" 2>&1
   rc=$?
-  _gpu_step test_moe_gpu $rc $((SECONDS - s))
-  tail -2 "$out/test_moe_gpu.txt" >> "$log"
-  [ $rc = 0 ] || grep -B3 -A12 "Failure\|FAILED" "$out/test_moe_gpu.txt" | head -60 >> "$log"
+  _gpu_step "$3" $rc $((SECONDS - s))
+  tail -2 "$out/$2" >> "$log"
+  [ $rc = 0 ] || grep -B3 -A12 "Failure\|FAILED" "$out/$2" | head -60 >> "$log"
   return $rc
 }
 
+# gpu_tests [TIMEOUT]: every test of gpubin/bin/test_moe_gpu; on failure the failing tests' output
+# goes to the log. Returns the test binary's status.
+gpu_tests() { _gpu_test_bin gpubin/bin/test_moe_gpu test_moe_gpu.txt test_moe_gpu "${1:-100}"; }
+
 # gpu_build_tests NAME...: test_moe_gpu of each extra build (gpubin/NAME, staged with
-# FP4MOE_STAGE_MORE_TESTS=1), 150 s each, into $OUT/tests_NAME.txt; a log step each, with the
-# failing tests' lines on failure. Returns the number of builds that failed.
+# FP4MOE_STAGE_MORE_TESTS=1), 150 s each, into $OUT/tests_NAME.txt, as gpu_tests. Returns the number
+# of builds that failed.
 gpu_build_tests() {
-  local name s rc failed=0
+  local name failed=0
   for name in "$@"; do
-    s=$SECONDS
-    timeout 150 "gpubin/$name/test_moe_gpu" > "$out/tests_$name.txt" 2>&1
-    rc=$?
-    _gpu_step "test_moe_gpu $name" $rc $((SECONDS - s))
-    tail -2 "$out/tests_$name.txt" >> "$log"
-    [ $rc -eq 0 ] || { failed=$((failed + 1)); grep -E "FAILED|Failure" "$out/tests_$name.txt" | head -20 >> "$log"; }
+    _gpu_test_bin "gpubin/$name/test_moe_gpu" "tests_$name.txt" "test_moe_gpu $name" 150 || failed=$((failed + 1))
   done
   return $failed
 }
