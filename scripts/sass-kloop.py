@@ -45,51 +45,73 @@ def functions(cubin):
     return funcs
 
 
-def k_loop(ins):
-    """The innermost loop around the first wgmma: the nearest backward branch after it."""
-    first = next((a for a, t in ins if "HGMMA" in t), None)
-    if first is None:
-        return None
-    best = None
-    for a, t in ins:
-        m = re.search(r"BRA (0x[0-9a-f]+)", t)
-        if m and a > first and int(m.group(1), 16) <= first and (best is None or a < best[1]):
-            best = (int(m.group(1), 16), a)
-    return None if best is None else [t for a, t in ins if best[0] <= a <= best[1]]
+def k_loops(ins):
+    """The K loops: the innermost loop around the first wgmma (the nearest backward branch after
+    it), then the same from the first wgmma past that loop, and so on (a kernel over canonical K
+    ranges has two: whole ranges, then the last one)."""
+    loops, start = [], 0
+    while True:
+        first = next((a for a, t in ins if a >= start and "HGMMA" in t), None)
+        if first is None:
+            return loops
+        best = None
+        for a, t in ins:
+            m = re.search(r"BRA (0x[0-9a-f]+)", t)
+            if m and a > first and int(m.group(1), 16) <= first and (best is None or a < best[1]):
+                best = (int(m.group(1), 16), a)
+        if best is None:
+            return loops
+        # (only innermost loops: past the first, the nearest backward branch after a wgmma can close
+        # a loop around whole tiles, whose body holds the K loops' own backward branches)
+        nested = any(best[0] <= int(m.group(1), 16) < a < best[1]
+                     for a, t in ins for m in [re.search(r"BRA (0x[0-9a-f]+)", t)] if m)
+        if not nested:
+            loops.append([t for a, t in ins if best[0] <= a <= best[1]])
+        start = best[1] + 1
+
+
+def report(label, body):
+    """One K loop's line: instructions per K chunk (or per loop, for two wgmma shapes) and opcodes."""
+    mmas = sum("HGMMA" in t for t in body)
+    # A loop may hold more than one wgmma shape behind a branch (BN16: m64n8k16 for tiles of
+    # at most 8 tokens, m64n16k16 otherwise): then the count covers both paths and there is
+    # no per-chunk figure (compare such loops by their totals).
+    shapes = {}
+    for t in body:
+        sm = re.search(r"HGMMA\.(\d+x\d+x\d+)", t)
+        if sm:
+            shapes[sm.group(1)] = shapes.get(sm.group(1), 0) + 1
+    ops = {}
+    for t in body:
+        op = (t.split()[1] if t.startswith("@") else t.split()[0]).split(".")[0]
+        ops[op] = ops.get(op, 0) + 1
+    most = sorted(ops.items(), key=lambda kv: -kv[1])[: int(os.environ.get("SASS_KLOOP_TOP", "8"))]
+    top = " ".join(f"{k}:{v}" for k, v in most)
+    if len(shapes) > 1:
+        kinds = " ".join(f"{k}:{v}" for k, v in sorted(shapes.items()))
+        print(f"{label}: {len(body)} in the loop, both paths ({mmas} wgmma: {kinds})  {top}")
+    else:
+        print(f"{label}: {len(body) * 4 / mmas:.0f} per K chunk ({len(body)} in the loop, {mmas} wgmma)  {top}")
+
 
 
 def main(cubins):
     for cubin in cubins:
         for name, ins in functions(cubin).items():
-            # moe_gemm_sm90_kernel<Sm90Traits<...>, kDirect>: the traits, then ", direct" for kDirect
-            m = re.search(r"Sm90TraitsI(.*?)EEELb([01])E", name)
+            # moe_gemm_sm90_kernel<Sm90Traits<...>, kDirect, kRanges>: the traits, then " direct" for
+            # kDirect and " ranges split" / " ranges" for kRangesSplit / kRangesInKernel (each K loop
+            # of a kernel on a line of its own)
+            m = re.search(r"Sm90TraitsI(.*?)EEELb([01])ELi([0-9])E", name)
             label = m.group(1).replace("ELi", ",").replace("Li", "").replace("ELb", ",b") if m else name
             if m and m.group(2) == "1":
                 label += " direct"
-            body = k_loop(ins)
-            if not body:
+            if m and m.group(3) != "0":
+                label += " ranges split" if m.group(3) == "1" else " ranges"
+            loops = k_loops(ins)
+            if not loops:
                 print(f"{label}: no K loop found")
-                continue
-            mmas = sum("HGMMA" in t for t in body)
-            # A loop may hold more than one wgmma shape behind a branch (BN16: m64n8k16 for tiles of
-            # at most 8 tokens, m64n16k16 otherwise): then the count covers both paths and there is
-            # no per-chunk figure (compare such loops by their totals).
-            shapes = {}
-            for t in body:
-                sm = re.search(r"HGMMA\.(\d+x\d+x\d+)", t)
-                if sm:
-                    shapes[sm.group(1)] = shapes.get(sm.group(1), 0) + 1
-            ops = {}
-            for t in body:
-                op = (t.split()[1] if t.startswith("@") else t.split()[0]).split(".")[0]
-                ops[op] = ops.get(op, 0) + 1
-            most = sorted(ops.items(), key=lambda kv: -kv[1])[: int(os.environ.get("SASS_KLOOP_TOP", "8"))]
-            top = " ".join(f"{k}:{v}" for k, v in most)
-            if len(shapes) > 1:
-                kinds = " ".join(f"{k}:{v}" for k, v in sorted(shapes.items()))
-                print(f"{label}: {len(body)} in the loop, both paths ({mmas} wgmma: {kinds})  {top}")
-            else:
-                print(f"{label}: {len(body) * 4 / mmas:.0f} per K chunk ({len(body)} in the loop, {mmas} wgmma)  {top}")
+            for i, body in enumerate(loops):
+                report(label + (f" (loop {i + 1})" if len(loops) > 1 else ""), body)
 
 
 if __name__ == "__main__":

@@ -222,6 +222,78 @@ TEST(SelectConfig, SplitKWorkspaceOnlyWhenAskedFor) {
   EXPECT_LE(on.split_count + 4 * size_t(on.split_counters), on.total);
 }
 
+// GEMM2 over canonical K ranges (more than kRangeChunks = 64 K chunks): split into all its ranges
+// where that takes fewer rounds of range-long units than whole tiles take, with 16-token tiles only,
+// at most kMaxSplitUnits units; never where K is one range.
+TEST(SelectConfig, RangeSplitOnlyForFewDecodeTilesOverManyRanges) {
+  Sm90Config bn16;
+  bn16.tile_tokens = 16;
+  bn16.consumers = 4;
+  Sm90Config bn16_c2 = bn16;
+  bn16_c2.consumers = 2;
+  Sm90Config bn32 = bn16;
+  bn32.tile_tokens = 32;
+  ConfigInput scout;  // Llama-4-Scout: E=16, top-1, GEMM2 m_units 80, k_units 128 (two ranges)
+  scout.num_tokens = 1;
+  scout.top_k = 1;
+  scout.num_local_experts = 16;
+  scout.num_sms = 132;
+  EXPECT_EQ(select_range_split(scout, bn16_c2, 80, 128), 2);  // 40 tiles: 80 units of 64 in one round
+  EXPECT_EQ(select_range_split(scout, bn16, 80, 128), 2);     // 20 tiles
+  EXPECT_EQ(select_range_split(scout, bn32, 80, 128), 1);     // BN16 only
+  EXPECT_EQ(select_range_split(scout, bn16_c2, 80, 64), 1);   // one range
+  EXPECT_EQ(select_range_split(scout, bn16_c2, 80, 65), 2);   // 64 + 1
+  scout.num_tokens = 0;
+  EXPECT_EQ(select_range_split(scout, bn16_c2, 80, 128), 1);
+  // T=2: 80 narrowed tiles: 160 units take two rounds of 64 chunks, no fewer than one of 128.
+  scout.num_tokens = 2;
+  EXPECT_EQ(select_range_split(scout, bn16_c2, 80, 128), 1);
+  // Mixtral-8x7B T=1 (E=8, top-2, GEMM2 m_units 64, k_units 224: ranges 64, 64, 64, 32): 64 tiles
+  // narrowed, 256 units in two rounds of 64 chunks against one round of 224.
+  ConfigInput mixtral = scout;
+  mixtral.num_tokens = 1;
+  mixtral.top_k = 2;
+  mixtral.num_local_experts = 8;
+  EXPECT_EQ(select_range_split(mixtral, bn16_c2, 64, 224), 4);
+  // T=2: 128 narrowed tiles would be 512 units, past kMaxSplitUnits.
+  mixtral.num_tokens = 2;
+  EXPECT_EQ(select_range_split(mixtral, bn16_c2, 64, 224), 1);
+  // Never more than kMaxSplitUnits units; a split always is every range.
+  for (int64_t t : {1, 2, 3, 5, 8, 16, 64}) {
+    for (int64_t k : {65, 128, 224, 1000}) {
+      ConfigInput in = scout;
+      in.num_tokens = t;
+      const int s = select_range_split(in, bn16, 80, k);
+      EXPECT_TRUE(s == 1 || s == (k + kRangeChunks - 1) / kRangeChunks) << t << " " << k << ": " << s;
+      if (s > 1) {
+        EXPECT_LE(max_gemm_tiles(in, bn16, 80) * s, kMaxSplitUnits) << t << " " << k;
+      }
+    }
+  }
+}
+
+// A layer whose GEMM2 has K ranges gets the split's regions (its default split) and a range slot per
+// CTA for the main and the tail launch, after every other region; others get none.
+TEST(SelectConfig, RangeSlotsOnlyForGemmTwoOverRanges) {
+  EXPECT_FALSE(gemm2_has_ranges(4096));
+  EXPECT_TRUE(gemm2_has_ranges(4096 + 64));
+  EXPECT_TRUE(gemm2_has_ranges(4097));  // 65 chunks, the last one partial
+  const WorkspaceLayout plain = WorkspaceLayout::make(64, 1, 16, 5120, 4096, false, 132);
+  EXPECT_EQ(plain.range_ctas, 0);
+  EXPECT_EQ(plain.split_counters, 0);
+  const WorkspaceLayout r = WorkspaceLayout::make(64, 1, 16, 5120, 8192, false, 132);
+  EXPECT_EQ(r.range_ctas, 132);
+  EXPECT_EQ(r.split_counters, 2 * kSplitCounters);
+  EXPECT_GE(r.range_total, r.split_count + 4 * size_t(r.split_counters));
+  EXPECT_EQ(r.range_total % 256, 0u);
+  EXPECT_EQ(r.total, r.range_total + size_t(4) * 2 * 132 * kRangeSlotFloats);
+  // (the regions before the slots do not move with the CTA count: the bench and tests read them
+  // from a layout made without it)
+  const WorkspaceLayout r0 = WorkspaceLayout::make(64, 1, 16, 5120, 8192);
+  EXPECT_EQ(r0.range_total, r.range_total);
+  EXPECT_EQ(r0.split_count, r.split_count);
+}
+
 TEST(SelectConfig, GemmTwoUnitCounterHasItsOwnWord) {
   // The decode GEMM2's unit counter (schedule_units) sits between tile_done and x, overlapping
   // neither, 256-byte aligned like every region.

@@ -1070,6 +1070,111 @@ TEST(MoeGpu, SplitKMatchesTheReferenceAndIsDeterministic) {
   }
 }
 
+// GEMM2 over canonical K ranges (workspace.h's kRangeChunks: a local intermediate size of more than
+// 64 chunks of 64, as Llama-4's and Mixtral's): every GEMM2 kernel sums K range by range, so the
+// default split at the ranges where GEMM2 has few tiles (LayerOptions::range_split,
+// sm90::select_range_split) gives the bits of no split, every compiled config (forced; BN16 split
+// where it has few tiles, the others summing the ranges in the kernel) gives the default's, the
+// tail launch of BN128 (150 rows on each expert: a 22-row tail) too, and a token's bits do not
+// depend on its batch. Layers: Mixtral-like (H 256, I 8448: 132 chunks, ranges of 64, 64 and 4;
+// top-2) and Llama-4-like (H 256, I 8192: two whole ranges; top-1, router weight on the input),
+// both modes. Each against the reference at T = 1 and 40.
+TEST(MoeGpu, Gemm2OverKRangesGivesTheSameBitsSplitOrNotInEveryConfigAndBatch) {
+  FP4MOE_REQUIRE_GPU();
+  struct RangeLayer {
+    const char* preset;
+    int64_t inter;
+  };
+  for (const RangeLayer& c : {RangeLayer{"mixtral-8x7b", 8448}, RangeLayer{"llama4-scout", 8192}}) {
+    for (Mode mode : {Mode::kW4A16, Mode::kW4A4}) {
+      MoeProblem p;
+      ASSERT_OK(get_preset(c.preset, &p));
+      p.name = std::string(c.preset) + "/ranges";
+      p.hidden_size = 256;
+      p.intermediate_size = c.inter;
+      p.mode = mode;
+      p.max_tokens = 300;
+      ASSERT_TRUE(gemm2_has_ranges(p.intermediate_size));
+      const uint64_t seed = testing::test_seed() + 41;
+      LayerOptions opt;
+      opt.path = KernelPath::kSm90;
+      std::unique_ptr<MoeLayer> layer, unsplit;
+      Status st = MoeLayer::create_dummy(p, seed, opt, &layer);
+      if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.to_string();
+      ASSERT_OK(st);
+      opt.range_split = false;
+      ASSERT_OK(MoeLayer::create_dummy(p, seed, opt, &unsplit));
+      const HostMoeWeights hw = make_random_weights(p, seed);
+      const std::string what0 = p.name + " " + to_string(mode);
+      // (two 128-SM-or-more GPUs' worth of tiles: at T=1 GEMM2 has at most 2 x 4 / 2 = 4 tiles)
+      EXPECT_NE(layer->kernel_info(1).gemm2.find("split at them"), std::string::npos)
+          << what0 << ": " << layer->kernel_info(1).gemm2;
+      EXPECT_EQ(unsplit->kernel_info(1).gemm2.find("split at them"), std::string::npos)
+          << what0 << ": " << unsplit->kernel_info(1).gemm2;
+      auto rng = make_rng(seed);
+      const int64_t T_batch = 300, H = p.hidden_size, E = p.num_experts();
+      for (int64_t T : {int64_t(1), int64_t(6), int64_t(40), int64_t(150), T_batch}) {
+        // T=150: every token on the same experts, 150 rows each: the BN128 configs run a full tile and
+        // a 22-row tail in the BN32 tail launch (its range totals in the tail launch's slots).
+        const bool same_experts = T == 150;
+        auto hidden = testing::random_hidden(rng, T, H);
+        auto logits = testing::random_logits(rng, T, E);
+        std::vector<int32_t> ids(size_t(T) * p.top_k());
+        std::vector<float> w(ids.size());
+        for (int64_t t = 0; t < T; ++t)
+          for (int k = 0; k < p.top_k(); ++k) {
+            ids[t * p.top_k() + k] = (3 * k + 1) % int(E);
+            w[t * p.top_k() + k] = 0.4f + 0.1f * k;
+          }
+        const std::string what = what0 + " T=" + std::to_string(T) + (same_experts ? " same experts" : "");
+        const std::vector<int32_t>* id_arg = same_experts ? &ids : nullptr;
+        const std::vector<float>* w_arg = same_experts ? &w : nullptr;
+        ASSERT_OK(layer->force_sm90_config(""));
+        GpuRun base, off;
+        run_forward(*layer, hidden, logits, T, &base, id_arg, w_arg);
+        ASSERT_FALSE(HasFatalFailure());
+        double norm = 0;
+        for (uint16_t v : base.out) norm += std::fabs(double(bf16_to_float(v)));
+        ASSERT_GT(norm, 0.0) << what << ": all zero";
+        if (T == 1 || T == 40) expect_matches_reference(p, hw, {}, hidden, base, T, what + " default");
+        run_forward(*unsplit, hidden, logits, T, &off, id_arg, w_arg);
+        EXPECT_EQ(std::memcmp(off.out.data(), base.out.data(), base.out.size() * 2), 0)
+            << what << ": range_split off (" << unsplit->kernel_info(T).gemm2 << ") against on ("
+            << layer->kernel_info(T).gemm2 << ")";
+        for (const std::string& name : MoeLayer::sm90_config_names()) {
+          ASSERT_OK(layer->force_sm90_config(name));
+          GpuRun run;
+          run_forward(*layer, hidden, logits, T, &run, id_arg, w_arg);
+          EXPECT_EQ(std::memcmp(run.out.data(), base.out.data(), run.out.size() * 2), 0)
+              << what << " " << layer->kernel_info(T).gemm2;
+        }
+        ASSERT_OK(layer->force_sm90_config(""));
+        if (T != T_batch) continue;
+        // The batch's first tokens alone and with a few more.
+        for (int64_t t : {int64_t(1), int64_t(9)}) {
+          const std::vector<uint16_t> h(hidden.begin(), hidden.begin() + t * H);
+          const std::vector<float> l(logits.begin(), logits.begin() + t * E);
+          GpuRun few;
+          run_forward(*layer, h, l, t, &few);
+          ASSERT_FALSE(HasFatalFailure());
+          for (int64_t r = 0; r < t; ++r)
+            EXPECT_EQ(std::memcmp(few.out.data() + r * H, base.out.data() + r * H, size_t(H) * 2), 0)
+                << what << ": token " << r << " alone in a batch of " << t << " (" << layer->kernel_info(t).gemm2
+                << ") differs from the batch's (" << layer->kernel_info(T).gemm2 << ")";
+        }
+        // The first token with the batch's routing given (direct GEMM1 where it applies).
+        const std::vector<int32_t> ids1(base.ids.begin(), base.ids.begin() + p.top_k());
+        const std::vector<float> w1(base.weights.begin(), base.weights.begin() + p.top_k());
+        GpuRun one;
+        run_forward(*layer, std::vector<uint16_t>(hidden.begin(), hidden.begin() + H), {}, 1, &one, &ids1, &w1);
+        ASSERT_FALSE(HasFatalFailure());
+        EXPECT_EQ(std::memcmp(one.out.data(), base.out.data(), size_t(H) * 2), 0)
+            << what << ": token 0 with precomputed routing (" << layer->kernel_info(1).gemm1 << ") differs";
+      }
+    }
+  }
+}
+
 // Split-K with ranges of unequal, odd chunk counts (DeepSeek-R1/8: GEMM1's 14 chunks in ranges of
 // 4, 5, 5) on expert-parallel shards (local expert ids offset by expert_begin).
 TEST(MoeGpu, SplitKOnExpertParallelShardsWithUnequalRanges) {

@@ -76,6 +76,7 @@ struct Options {
   bool split_k = false;         // --split-k: LayerOptions::split_k
   bool tail_tiles = true;       // --no-tail-tiles: LayerOptions::tail_tiles off
   bool gemm_overlap = true;     // --no-gemm-overlap: LayerOptions::gemm_overlap off
+  bool range_split = true;      // --no-range-split: LayerOptions::range_split off
   bool direct_gemm1 = true;     // --no-direct-gemm1: LayerOptions::direct_gemm1 off
   int max_sms = 0;              // --max-sms N: LayerOptions::max_sms
   std::string dump_routing;     // --dump-routing DIR: each token count's routing for bench/peers_torch.py
@@ -94,7 +95,7 @@ struct Options {
                "                    [--tune FILE [--tune-only NAME,NAME]] [--tune-file FILE]\n"
                "                    [--checkpoint DIR [--layer L]]\n"
                "                    [--split-k] [--no-tail-tiles] [--no-gemm-overlap] [--no-direct-gemm1]\n"
-               "                    [--max-sms N] [--verbose]\n"
+               "                    [--no-range-split] [--max-sms N] [--verbose]\n"
                "                    [--dump-routing DIR] [--trace] [--clocks] [--back-to-back]\n",
                msg);
   std::exit(2);
@@ -168,6 +169,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--split-k") o.split_k = true;
     else if (a == "--no-tail-tiles") o.tail_tiles = false;
     else if (a == "--no-gemm-overlap") o.gemm_overlap = false;
+    else if (a == "--no-range-split") o.range_split = false;
     else if (a == "--no-direct-gemm1") o.direct_gemm1 = false;
     else if (a == "--max-sms") o.max_sms = int(integer(value()));  // (0: every SM; integer() refuses < 0)
     else if (a == "--dump-routing") o.dump_routing = value();
@@ -696,6 +698,7 @@ void write_json(const Options& o, const MoeProblem& p, const char* gpu, const Ce
     << "\",\n  \"mode\": \"" << to_string(p.mode) << "\",\n  \"split_k\": " << (o.split_k ? "true" : "false")
     << ",\n  \"tail_tiles\": " << (o.tail_tiles ? "true" : "false")
     << ",\n  \"gemm_overlap\": " << (o.gemm_overlap ? "true" : "false")
+    << ",\n  \"range_split\": " << (o.range_split ? "true" : "false")
     << ",\n  \"direct_gemm1\": " << (o.direct_gemm1 ? "true" : "false")
     << ",\n  \"max_sms\": " << o.max_sms
     << ",\n  \"routing\": \"" << (o.random_routing ? "random" : "model")
@@ -869,6 +872,7 @@ int main(int argc, char** argv) {
   lo.split_k = o.split_k;
   lo.tail_tiles = o.tail_tiles;
   lo.gemm_overlap = o.gemm_overlap;
+  lo.range_split = o.range_split;
   lo.direct_gemm1 = o.direct_gemm1;
   lo.max_sms = o.max_sms;
   std::unique_ptr<MoeLayer> layer;

@@ -46,8 +46,15 @@ struct LayerOptions {
   // main-width tile.
   // Same bits either way; off only to measure it.
   bool tail_tiles = true;
+  // GEMM2 split at its K ranges (sm90): where the local intermediate size spans more than 64 K chunks
+  // of 64 (Llama-4: 128, Mixtral-8x7B: 224), every GEMM2 kernel sums K in ranges of 64 chunks, each
+  // range's sum added to a running total in order; where GEMM2 has few 16-token tiles
+  // (sm90::select_range_split), each range then runs as its own work unit on another SM and the
+  // ranges' sums are added in the same order. Same bits either way (unlike split_k, and for such a
+  // GEMM2 it replaces split_k's split); off only to measure it.
+  bool range_split = true;
   // GEMM1/GEMM2 overlap (sm90, decode): where GEMM1 runs 16-token tiles (sm90::select_gemm_overlap;
-  // never with tail tiles or split-K), GEMM2 starts a token tile as soon as GEMM1 has finished it,
+  // never with tail tiles or a split GEMM1), GEMM2 starts a token tile as soon as GEMM1 has finished it,
   // on the SMs GEMM1's last round leaves idle. Same bits either way; off only to measure it.
   bool gemm_overlap = true;
   // Direct GEMM1 (sm90, one token, precomputed routing, w4a16 without input weighting, H a multiple

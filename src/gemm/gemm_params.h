@@ -68,7 +68,7 @@ struct MoeGemmParams {
   // Tail launch (sm90): 0, or the tile_tokens of the main launch whose experts' tails this one runs
   // (their rows from the last multiple of tail_of on; tiles numbered by ws.tail_start).
   int tail_of = 0;
-  // GEMM1/GEMM2 overlap (sm90, LayerOptions::gemm_overlap; never with tails or split-K): GEMM1
+  // GEMM1/GEMM2 overlap (sm90, LayerOptions::gemm_overlap; never with tails or a split GEMM1): GEMM1
   // counts its finished weight units per token tile in ws.tile_done, and GEMM2, which then does not
   // wait for GEMM1 as a whole, starts a token tile's rows once all of GEMM1's units of it are in.
   bool overlap = false;

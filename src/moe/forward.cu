@@ -68,17 +68,18 @@ struct MoeLayer::Impl {
   }
   // The configs of GEMM1 and GEMM2 (the same tile tokens): the layer's config, which the default
   // heuristic narrows per GEMM where it has few tiles (sm90::narrow_for_few_tiles), unless split-K
-  // (LayerOptions::split_k) splits that GEMM, which serves the case its own way.
+  // (LayerOptions::split_k) splits that GEMM, which serves the case its own way. (A GEMM2 over K
+  // ranges is narrowed first and then split at its ranges: split_k below.)
   std::pair<sm90::Sm90Config, sm90::Sm90Config> sm90_gemm_configs(int64_t num_tokens) const {
     if (forced) return {*forced, *forced};
     const sm90::ConfigInput in = config_input(num_tokens);
     if (auto tuned = tune.lookup(in)) return {*tuned, *tuned};
     const sm90::Sm90Config c = sm90::select_config(in);
-    auto pick = [&](const layout::GemmWeightShape& g) {
-      if (options.split_k && sm90::select_split_k(in, c, g.m_units(), g.k_units()) > 1) return c;
+    auto pick = [&](const layout::GemmWeightShape& g, bool ranged) {
+      if (options.split_k && !ranged && sm90::select_split_k(in, c, g.m_units(), g.k_units()) > 1) return c;
       return sm90::narrow_for_few_tiles(in, c, g.m_units());
     };
-    return {pick(weights.g1), pick(weights.g2)};
+    return {pick(weights.g1, false), pick(weights.g2, gemm2_has_ranges(shard.inter_local))};
   }
   // The config of the tail launches (LayerOptions::tail_tiles, sm90::select_tail), or nothing.
   std::optional<sm90::Sm90Config> tail_config(const sm90::Sm90Config& main) const {
@@ -86,10 +87,11 @@ struct MoeLayer::Impl {
     return sm90::select_tail(main);
   }
   // Whether GEMM2 overlaps GEMM1 (LayerOptions::gemm_overlap, sm90::select_gemm_overlap): never with
-  // split-K (the partials' slots and counters assume one GEMM at a time) or a tail launch.
-  bool gemm_overlap(int64_t num_tokens, const sm90::Sm90Config& c1, const sm90::Sm90Config& c2) const {
+  // a split GEMM1 (the split partials' slots are one GEMM's at a time; GEMM2 may split) or a tail
+  // launch.
+  bool gemm_overlap(int64_t num_tokens, const sm90::Sm90Config& c1) const {
     if (!options.gemm_overlap || path != KernelPath::kSm90 || num_tokens <= 0 || tail_config(c1)) return false;
-    if (split_k(num_tokens, c1, true) > 1 || split_k(num_tokens, c2, false) > 1) return false;
+    if (split_k(num_tokens, c1, true) > 1) return false;
     return sm90::select_gemm_overlap(config_input(num_tokens), c1);
   }
   // Whether GEMM1 runs direct (LayerOptions::direct_gemm1, MoeGemmParams::direct_ids) for a forward of
@@ -100,10 +102,16 @@ struct MoeLayer::Impl {
            !problem.apply_router_weight_on_input() && c1.tile_tokens == 16 && split_k(num_tokens, c1, true) == 1 &&
            !tail_config(c1) && problem.hidden_size % layout::kUnitK == 0 && problem.top_k() <= routing::kMaxTopK;
   }
-  // Split-K ranges of GEMM1 (gemm1) or GEMM2 for a forward of num_tokens with config c (1: none).
+  // Split-K ranges of GEMM1 (gemm1) or GEMM2 for a forward of num_tokens with config c (1: none): a
+  // GEMM2 over K ranges splits at them (LayerOptions::range_split, sm90::select_range_split), any
+  // other GEMM only with LayerOptions::split_k.
   int split_k(int64_t num_tokens, const sm90::Sm90Config& c, bool gemm1) const {
-    if (!options.split_k || path != KernelPath::kSm90) return 1;
+    if (path != KernelPath::kSm90) return 1;
     const layout::GemmWeightShape& g = gemm1 ? weights.g1 : weights.g2;
+    if (!gemm1 && gemm2_has_ranges(shard.inter_local))
+      return options.range_split ? sm90::select_range_split(config_input(num_tokens), c, g.m_units(), g.k_units())
+                                 : 1;
+    if (!options.split_k) return 1;
     return sm90::select_split_k(config_input(num_tokens), c, g.m_units(), g.k_units());
   }
 };
@@ -161,8 +169,11 @@ static Status build_layer(const MoeProblem& problem, const LayerOptions& options
   FP4MOE_RETURN_IF_ERROR(resolve_path(options.path, info, &impl->path));
   if (!options.tune_file.empty()) FP4MOE_RETURN_IF_ERROR(impl->tune.load(options.tune_file, info.name));
   FP4MOE_RETURN_IF_ERROR(make_weights(impl->shard, &impl->weights));
+  // (GEMM grids are at most one CTA an SM: every compiled config has ctas_per_sm 1, which launch.cuh
+  // checks against the range slots where it needs them.)
   impl->ws_layout = WorkspaceLayout::make(problem.max_tokens, problem.top_k(), impl->shard.num_local_experts,
-                                          problem.hidden_size, impl->shard.inter_local, options.split_k);
+                                          problem.hidden_size, impl->shard.inter_local, options.split_k,
+                                          impl->num_sms);
   return Status::Ok();
 }
 
@@ -214,6 +225,10 @@ KernelInfo MoeLayer::kernel_info(int64_t num_tokens) const {
     const auto [c1, c2] = impl_->sm90_gemm_configs(num_tokens);
     auto split = [&](const sm90::Sm90Config& c, bool gemm1) {
       const int s = impl_->split_k(num_tokens, c, gemm1);
+      if (!gemm1 && gemm2_has_ranges(impl_->shard.inter_local)) {
+        const int64_t ranges = (impl_->weights.g2.k_units() + kRangeChunks - 1) / kRangeChunks;
+        return ", K in " + std::to_string(ranges) + " ranges" + (s > 1 ? ", split at them" : "");
+      }
       return s > 1 ? ", split-K " + std::to_string(s) : std::string();
     };
     // (the tail launches run only where an expert can hold more than one tile of rows)
@@ -221,7 +236,7 @@ KernelInfo MoeLayer::kernel_info(int64_t num_tokens) const {
     const std::string tail_name = tail ? ", tail " + tail->name() : std::string();
     k.gemm1 = "sm90_moe_gemm1_wgmma_rs(" + c1.name() + split(c1, true) + tail_name +
               (impl_->direct_gemm1(num_tokens, c1) ? ", direct with precomputed routing" : "") + ")";
-    const bool overlap = impl_->gemm_overlap(num_tokens, c1, c2);
+    const bool overlap = impl_->gemm_overlap(num_tokens, c1);
     // (GEMM2's 16-token kernels take their work units dynamically: moe_gemm_sm90.cuh, schedule_units)
     k.gemm2 = "sm90_moe_gemm2_wgmma_rs(" + c2.name() + split(c2, false) + tail_name +
               (overlap ? ", overlaps GEMM1" : "") + (c2.tile_tokens == 16 ? ", dynamic units" : "") + ")";
@@ -408,7 +423,7 @@ Status MoeLayer::forward(const ForwardArgs& a, void* workspace, size_t workspace
     const auto& [cfg1, cfg2] = cfg;
     g.split_k1 = m.split_k(T, cfg1, true);
     g.split_k2 = m.split_k(T, cfg2, false);
-    g.overlap = m.gemm_overlap(T, cfg1, cfg2);
+    g.overlap = m.gemm_overlap(T, cfg1);
     MoeGemmParams gt = g;  // the tail launches: at most one tile per expert with more than a tile of rows
     if (tail) {
       gt.tail_of = g.tile_tokens;

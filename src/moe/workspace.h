@@ -40,6 +40,17 @@ constexpr int kMaxSplitUnits = 256;
 constexpr int kSplitUnitFloats = 4 * 128 * 8;
 constexpr int kSplitCounters = kMaxSplitUnits * 4;  // per GEMM: one per (tile, consumer)
 
+// GEMM2's canonical K ranges: where its K (the local intermediate size) spans more than
+// kRangeChunks chunks of 64 (Llama-4: 128, Mixtral-8x7B: 224), every sm90 GEMM2 kernel sums K in
+// ranges of kRangeChunks chunks, each range's MMAs started from zero and added to a running fp32
+// total in range order. A split at those boundaries (sm90::select_range_split) then gives the
+// bits of no split, so it can run by default where GEMM2 has few tiles, and a token's bits still do
+// not depend on its batch. Each CTA keeps its running totals in a slot of kRangeSlotFloats
+// (every consumer thread's accumulators: at most 4 x 128 threads x 64 or 2 x 128 x 128).
+constexpr int kRangeChunks = 64;
+constexpr int kRangeSlotFloats = 4 * 128 * 64;
+FP4MOE_HD bool gemm2_has_ranges(int64_t local_inter) { return (local_inter + 63) / 64 > kRangeChunks; }
+
 FP4MOE_HD int64_t tiled_offset_bytes(int64_t row, int64_t k, int64_t rows_cap) {
   const int64_t chunk = k / 64;
   const int piece = int(k % 64) / 8;
@@ -78,10 +89,15 @@ struct WorkspaceLayout {
 #if FP4MOE_TRACE
   size_t trace = 0;          // u64 [kTraceKernels][kTraceWords] (src/common/trace.h; trace builds only)
 #endif
+  // GEMM2 over canonical K ranges (gemm2_has_ranges; else empty): fp32 [2][range_ctas]
+  // [kRangeSlotFloats], each CTA's running totals, the main launch's CTAs then the tail launch's.
+  // (Last, so that the regions before it do not move with range_ctas.)
+  size_t range_total = 0;
+  int range_ctas = 0;  // the most CTAs of one GEMM2 launch that have a slot
   size_t total = 0;
 
   static WorkspaceLayout make(int64_t max_tokens, int top_k, int num_local_experts, int64_t hidden,
-                              int64_t local_inter, bool split_k = false) {
+                              int64_t local_inter, bool split_k = false, int gemm_ctas = 0) {
     WorkspaceLayout w;
     auto align = [](size_t v) { return (v + 255) / 256 * 256; };
     w.max_pairs = max_tokens * top_k;
@@ -111,12 +127,16 @@ struct WorkspaceLayout {
     w.x = take(2 * size_t(w.rows_cap) * size_t(w.x_k));
     w.h = take(2 * size_t(w.rows_cap) * size_t(w.h_k));
     w.y = take(2 * size_t(w.rows_cap) * size_t(hidden));
-    w.split_counters = split_k ? 2 * kSplitCounters : 0;
-    w.split_partial = take(split_k ? 4 * size_t(kMaxSplitUnits) * kSplitUnitFloats : 0);
+    // (A GEMM2 over K ranges may split at them by default: it needs the split's regions too.)
+    const bool ranges = gemm2_has_ranges(local_inter);
+    w.split_counters = split_k || ranges ? 2 * kSplitCounters : 0;
+    w.split_partial = take(split_k || ranges ? 4 * size_t(kMaxSplitUnits) * kSplitUnitFloats : 0);
     w.split_count = take(4 * size_t(w.split_counters));
 #if FP4MOE_TRACE
     w.trace = take(kTraceBytes);
 #endif
+    w.range_ctas = ranges ? gemm_ctas : 0;
+    w.range_total = take(4 * 2 * size_t(w.range_ctas) * kRangeSlotFloats);
     w.total = off;
     return w;
   }
@@ -144,6 +164,7 @@ struct WorkspacePtrs {
 #if FP4MOE_TRACE
   unsigned long long* trace;
 #endif
+  float* range_total;
 
   static WorkspacePtrs from(void* base, const WorkspaceLayout& l) {
     char* b = static_cast<char*>(base);
@@ -160,6 +181,7 @@ struct WorkspacePtrs {
 #if FP4MOE_TRACE
             , reinterpret_cast<unsigned long long*>(b + l.trace)
 #endif
+            , reinterpret_cast<float*>(b + l.range_total)
     };
   }
 };

@@ -1,6 +1,7 @@
 // Config choice for the sm90 grouped GEMMs: a pure function of the problem and the device, with named
 // regimes. A config changes speed, never results: every config computes each output element with the
-// same sequence of k16 MMAs over K.
+// same sequence of k16 MMAs over K (for a GEMM2 over more than one canonical K range, workspace.h's
+// kRangeChunks, the same sequence in each range and the same sum of the ranges).
 #pragma once
 
 #include <cstdint>
@@ -67,6 +68,15 @@ constexpr int kNarrowDecodeConfig = 8;
 // A split in two needs ranges of at least kMinTwoWaySplitChunks chunks.
 int select_split_k(const ConfigInput& in, const Sm90Config& c, int64_t m_units, int64_t k_units);
 constexpr int64_t kMinTwoWaySplitChunks = 20;
+
+// The default split of a GEMM2 over canonical K ranges (k_units > kRangeChunks, workspace.h): every
+// GEMM2 kernel of such a layer sums K range by range, so a split into one work unit per range gives
+// the same bits (batch-invariant, unlike select_split_k's). Returns the number of ranges where config
+// c has 16-token tiles, at most kMaxSplitUnits units, and fewer rounds of range-long units than of
+// whole tiles, by tile count bound (max_gemm_tiles) and chunks a round; else 1. E.g. Llama-4-Scout
+// T=1 (40 tiles of 128 chunks: 80 units of 64 on 132 SMs) and Mixtral-8x7B T=1 (64 tiles of 224:
+// 256 units in two rounds of 64-chunk units, against one of 224).
+int select_range_split(const ConfigInput& in, const Sm90Config& c, int64_t m_units, int64_t k_units);
 
 // Tail tiles (LayerOptions::tail_tiles): with a main token tile of 128 or more, an expert whose rows
 // run at most kTailRows past a multiple of the tile (more than one tile's worth) would otherwise spend

@@ -16,10 +16,11 @@
 
 namespace fp4moe::sm90 {
 
-// The launch of one instantiation (kDirect: direct GEMM1, MoeGemmParams::direct_ids).
-template <class T, bool kDirect>
+// The launch of one instantiation (kDirect: direct GEMM1, MoeGemmParams::direct_ids; kRanges: GEMM2
+// over canonical K ranges, moe_gemm_sm90.cuh).
+template <class T, bool kDirect, int kRanges = kRangesNone>
 Status launch_kernel(const MoeGemmParams& p, unsigned grid, cudaStream_t stream) {
-  auto* kernel = moe_gemm_sm90_kernel<T, kDirect>;
+  auto* kernel = moe_gemm_sm90_kernel<T, kDirect, kRanges>;
   // The shared-memory opt-in is a per-device attribute: set it once for each device this process
   // launches on (one process may drive several GPUs, one thread each). Bit d of attr_set: done on
   // device d (a later cudaDeviceReset would need it again; fp4moe never resets a device).
@@ -46,11 +47,18 @@ Status launch_traits(const MoeGemmParams& p, int num_sms, cudaStream_t stream) {
   const int split = T::kGemm1 ? p.split_k1 : p.split_k2;
   if (split < 1 || (split > 1 && (T::kBN != 16 || split > g.k_units())))
     return internal_error("sm90: split-K ", split, " for config BN", T::kBN, " over ", g.k_units(), " K chunks");
+  // GEMM2 over canonical K ranges (workspace.h) splits into all of them or none.
+  const bool ranged = !T::kGemm1 && gemm2_has_ranges(p.inter_local);
+  const int64_t num_ranges = (g.k_units() + kRangeChunks - 1) / kRangeChunks;
+  if (ranged && split != 1 && split != num_ranges)
+    return internal_error("sm90: split-K ", split, " of a GEMM2 over ", num_ranges, " K ranges (", g.k_units(),
+                          " chunks)");
   if (p.tail_of > 0 && (!T::kRunsTails || split > 1))
     return internal_error("sm90: config BN", T::kBN, "_C", T::kConsumers, " cannot run tail tiles (split-K ", split,
                           ")");
-  // (A GEMM2 that waits per token tile needs a GEMM1 that counts: both must be overlap kernels.)
-  if (p.overlap && (!T::kOverlaps || split > 1 || p.tail_of > 0))
+  // (A GEMM2 that waits per token tile needs a GEMM1 that counts: both must be overlap kernels. The
+  // split partials' slots are one GEMM's at a time: a GEMM1 beside GEMM2 must not split.)
+  if (p.overlap && (!T::kOverlaps || p.split_k1 > 1 || p.tail_of > 0))
     return internal_error("sm90: config BN", T::kBN, "_C", T::kConsumers, " cannot overlap GEMM1 and GEMM2 (split-K ",
                           split, ", tail_of ", p.tail_of, ")");
   const int64_t max_tiles = p.max_tiles * m_blocks * split;
@@ -61,6 +69,9 @@ Status launch_traits(const MoeGemmParams& p, int num_sms, cudaStream_t stream) {
   q.div_m_blocks = FastDiv(uint32_t(m_blocks));
   if (max_tiles >= (int64_t(1) << 31))
     return internal_error("sm90: ", max_tiles, " work units do not fit the kernels' 32-bit tile arithmetic");
+  if (ranged && split == 1 && int64_t(grid) > p.layout.range_ctas)
+    return internal_error("sm90: GEMM2 over K ranges with ", grid, " CTAs, the workspace has slots for ",
+                          p.layout.range_ctas);
   if (p.direct_ids) {
     // (MoeLayer::forward sets it only where it applies; a bad combination is a bug, not bad input.)
     if constexpr (T::kGemm1 && T::kBN == 16 && !T::kRunsTails) {
@@ -73,6 +84,12 @@ Status launch_traits(const MoeGemmParams& p, int num_sms, cudaStream_t stream) {
     } else {
       return internal_error("sm90: no direct GEMM1 for config BN", T::kBN, "_C", T::kConsumers, " (GEMM",
                             T::kGemm1 ? 1 : 2, ")");
+    }
+  }
+  if constexpr (!T::kGemm1) {
+    if (ranged && split == 1) return launch_kernel<T, false, kRangesInKernel>(q, grid, stream);
+    if constexpr (T::kBN == 16) {
+      if (ranged) return launch_kernel<T, false, kRangesSplit>(q, grid, stream);  // (split > 1)
     }
   }
   return launch_kernel<T, false>(q, grid, stream);

@@ -329,8 +329,9 @@ struct ConsumerCtx {
   FP4MOE_TRACE_ONLY(unsigned long long* trace_acc;)
 };
 
-// One tile of one consumer warpgroup with a wgmma N of kN: the K loop and the epilogue.
-template <class T, int kN, bool kDirect>
+// One tile of one consumer warpgroup with a wgmma N of kN: the K loop and the epilogue. kRanged:
+// GEMM2 sums K in canonical ranges (kRangeChunks, workspace.h).
+template <class T, int kN, bool kDirect, bool kRanged>
 __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const ConsumerCtx& x, const TileCoord& tc,
                                              int mu, bool active, PipeState& ps) {
   FP4MOE_TRACE_ONLY(const long long tile_from = clock64();)
@@ -460,7 +461,8 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
     }
   }
   const int k_units = int(x.k_units);  // this unit's chunks
-  auto k_loop = [&](auto live) {
+  // The K loop over k_units chunks from the first of the stage at ps (its first MMA starts the sum).
+  auto k_loop = [&](auto live, const int k_units) {
     int ku = 0;
     if constexpr (T::kChunks == 4) {
       // Four chunks a stage (the barrier wait, the release and the stage arithmetic once per four),
@@ -491,18 +493,64 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
   };
   FP4MOE_TRACE_ONLY(const long long k_loop_from = clock64();
                     if (x.tid == 0) x.trace_acc[2] += (unsigned long long)(k_loop_from - tile_from);)
-  if constexpr (T::kBN == 16) k_loop(active);
-  else if (active) k_loop(std::true_type{});
-  else k_loop(std::false_type{});
+  auto run_k_loop = [&](const int n) {
+    if constexpr (T::kBN == 16) k_loop(active, n);
+    else if (active) k_loop(std::true_type{}, n);
+    else k_loop(std::false_type{}, n);
+  };
   // Unconditional (also for inactive warpgroups, which issued nothing): a wait under a branch made
-  // ptxas insert its own waits (C7517). The fences keep the epilogue's accumulator reads after it.
-  cute::warpgroup_wait<0>();
+  // ptxas insert its own waits (C7517). The fences keep the accumulator reads after it.
+  auto drain = [&]() {
+    cute::warpgroup_wait<0>();
 #pragma unroll
-  for (int b = 0; b < kBufs; ++b) fence_fragments(a[b]);
-  fence_accumulators(acc);
+    for (int b = 0; b < kBufs; ++b) fence_fragments(a[b]);
+    fence_accumulators(acc);
+  };
+  // GEMM2 over canonical K ranges, unsplit (split at them, each unit is one range and runs the plain
+  // kernel): each range's sum from zero (its first MMA's scale_d), the running total after each but
+  // the last in this CTA's slot (its own words for each thread, [accumulator][consumer thread] so
+  // that a warp's words are adjacent), range 0 stored as is and each later one added to it; the
+  // last range's sum is added to the total below. The split-K fixup adds its units' partials in the
+  // same order, so a split at the ranges gives the same bits. (Through L2, ld/st.cg: a slot is
+  // another SM's in another launch.) Static costs (scripts/sass-kloop.py): the BN16 K loops 429
+  // instructions against the plain kernels' 400 (ptxas moves each wgmma's descriptor into other
+  // uniform registers), the wider configs within 1-3 either way. A copy of the K loop for whole
+  // ranges (a constant trip count) beside the last range's ran ptxas out of registers (C7512),
+  // and a per-stage range check inside the one loop kept the boundary's code in it.
+  [[maybe_unused]] float* range_total = nullptr;
+  if constexpr (kRanged) {
+    static_assert(!T::kGemm1, "K ranges: GEMM2 only");
+    static_assert(T::kConsumers * 128 * kAcc <= kRangeSlotFloats, "K ranges: slot too small");
+    static_assert(T::kChunks <= 4 && kRangeChunks % 4 == 0, "K ranges: a range is whole stages");
+    range_total = p.ws.range_total +
+                  (int64_t(p.tail_of > 0 ? p.layout.range_ctas : 0) + blockIdx.x) * kRangeSlotFloats + x.c * 128 + x.tid;
+    for (int r = 0; r < k_units; r += kRangeChunks) {
+      const int n = __shfl_sync(0xffffffffu, min(kRangeChunks, k_units - r), 0);
+      run_k_loop(n);
+      if (r + n < k_units) {
+        drain();
+        if (active) {
+#pragma unroll
+          for (int i = 0; i < kAcc; ++i) {
+            float* const t = range_total + i * (T::kConsumers * 128);
+            __stcg(t, r == 0 ? acc[i] : __ldcg(t) + acc[i]);
+          }
+        }
+      }
+    }
+  } else {
+    run_k_loop(k_units);
+  }
+  drain();
   release_stage(&x.empty[prev_stage]);
   FP4MOE_TRACE_ONLY(if (x.tid == 0) x.trace_acc[1] += (unsigned long long)(clock64() - k_loop_from);)
   if (!active) return;
+  if constexpr (kRanged) {
+    if (k_units > kRangeChunks) {
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) acc[i] = __ldcg(range_total + i * (T::kConsumers * 128)) + acc[i];
+    }
+  }
 
   // ---- Split-K: partial sums out, the tile's last unit sums them in range order --------------------
   if constexpr (T::kBN == 16) {
@@ -682,13 +730,13 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
 }
 
 // Runs consume_tile with the wgmma N the tile's bucket asks for (kBN or kSmallN).
-template <class T, bool kDirect>
+template <class T, bool kDirect, bool kRanged>
 __device__ __forceinline__ void consume_bucketed(const MoeGemmParams& p, const ConsumerCtx& x, const TileCoord& tc,
                                                  int mu, bool active, int bucket, PipeState& ps) {
   if constexpr (T::kSmallN > 0) {
-    if (bucket == T::kSmallN) return consume_tile<T, T::kSmallN, kDirect>(p, x, tc, mu, active, ps);
+    if (bucket == T::kSmallN) return consume_tile<T, T::kSmallN, kDirect, kRanged>(p, x, tc, mu, active, ps);
   }
-  consume_tile<T, T::kBN, kDirect>(p, x, tc, mu, active, ps);
+  consume_tile<T, T::kBN, kDirect, kRanged>(p, x, tc, mu, active, ps);
 }
 
 // Direct GEMM1 (MoeGemmParams::direct_ids): the tile table of a one-token forward, made from the
@@ -786,9 +834,16 @@ __device__ __forceinline__ void schedule_units(int32_t* next, uint32_t* slot, ui
 // waiting for GEMM1: each CTA lets it be scheduled only after such a wait (at its first tile's
 // epilogue, or at its end). Its own instantiation: a runtime flag for it made ptxas spill around
 // the warp-role split.
-template <class T, bool kDirect = false>
+// kRanges: GEMM2 over canonical K ranges (kRangeChunks, workspace.h), split at them (kRangesSplit,
+// BN16: a work unit per range) or not (kRangesInKernel: consume_tile sums them): instantiations of
+// their own, so that the other kernels stay as they are (the ranges' start as a runtime choice
+// cost the decode GEMM2 a spill).
+enum : int { kRangesNone = 0, kRangesSplit = 1, kRangesInKernel = 2 };
+template <class T, bool kDirect = false, int kRanges = kRangesNone>
 __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kernel(const MoeGemmParams p) {
   static_assert(!kDirect || (T::kGemm1 && T::kBN == 16 && !T::kRunsTails), "direct GEMM1: BN16 GEMM1 only");
+  static_assert(kRanges == kRangesNone || !T::kGemm1, "K ranges: GEMM2 only");
+  static_assert(kRanges != kRangesSplit || T::kBN == 16, "K ranges split: the split-K configs only");
   static_assert(!kDirect || (1 + 3 * kDirectMaxK) * 4 <= T::kOffTileInfo - T::kOffTileStart, "direct table");
   static_assert(!kDirect || 3 * kDirectMaxK * 4 <= T::kStagingBytes, "direct table scratch");
   static_assert(!kDirect || kDirectMaxK <= T::kBN, "direct GEMM1: one tile an expert (an id at most top_k times)");
@@ -890,12 +945,18 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   const int m_blocks = (m_units + T::kConsumers - 1) / T::kConsumers;
   const int64_t num_tiles = int64_t(kDirect ? tile_start[0] : tile_start[p.num_local_experts]) * m_blocks;
   // Split-K (BN16 only; the host keeps num_tiles * split <= kMaxSplitUnits): work unit w is range
-  // w % split of tile w / split, chunks [r * k_units / split, (r + 1) * k_units / split).
+  // w % split of tile w / split, chunks [r * k_units / split, (r + 1) * k_units / split), or for a
+  // GEMM2 split at its canonical K ranges (kRangesSplit) range r, chunks [r * kRangeChunks,
+  // min((r + 1) * kRangeChunks, k_units)), each unit one range, which the plain K loop sums from
+  // zero.
   // (select_split_k keeps num_tiles * split <= kMaxSplitUnits for every routing and split <= k_units / 4;
   // launch_traits refuses a split past k_units. Re-checking here made ptxas spill the BN16 kernels.)
   const int split = T::kBN == 16 ? (T::kGemm1 ? p.split_k1 : p.split_k2) : 1;
   const int64_t num_work = num_tiles * split;
-  auto k_begin = [&](uint32_t r) { return int64_t(p.div_split.div(r * uint32_t(k_units))); };
+  auto k_begin = [&](uint32_t r) {
+    if constexpr (kRanges == kRangesSplit) return min(int64_t(r) * kRangeChunks, k_units);
+    else return int64_t(p.div_split.div(r * uint32_t(k_units)));
+  };
   // GEMM2 skips the split's division when unsplit (every default forward): at decode its tiles are
   // short (32 K chunks at DeepSeek-R1) and a tile's setup a visible share. (In GEMM1 the branch cost
   // its BN16 K loop an instruction: it keeps the division, a multiply-high since FastDiv.)
@@ -1091,7 +1152,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
     const int bucket = __shfl_sync(0xffffffffu, tile_bucket<T>(tc.rows), 0);
     FP4MOE_TRACE_ONLY(const long long consume_from = clock64();
                       if (tid == 0) x.trace_acc[3] += (unsigned long long)(consume_from - find_from);)
-    consume_bucketed<T, kDirect>(p, x, tc, mu, active, bucket, ps);
+    consume_bucketed<T, kDirect, kRanges == kRangesInKernel>(p, x, tc, mu, active, bucket, ps);
     if constexpr (T::kGemm1 && T::kOverlaps && !kDirect) {
       // The unit's epilogue is done: hand the count to thread 32, once it has taken the previous
       // one. Every thread waits, then arrives (a CTA-scope release of its own stores): with thread
