@@ -98,15 +98,14 @@ def report(label, body):
 def main(cubins):
     for cubin in cubins:
         for name, ins in functions(cubin).items():
-            # moe_gemm_sm90_kernel<Sm90Traits<...>, kDirect, kRanges>: the traits, then " direct" for
-            # kDirect and " ranges split" / " ranges" for kRangesSplit / kRangesInKernel (each K loop
-            # of a kernel on a line of its own)
-            m = re.search(r"Sm90TraitsI(.*?)EEELb([01])ELi([0-9])E", name)
+            # moe_gemm_sm90_kernel<Sm90Traits<...>, kDirect, kRanged>: the traits, then " direct" /
+            # " ranged" for kDirect / kRanged (each K loop of a kernel on a line of its own)
+            m = re.search(r"Sm90TraitsI(.*?)EEELb([01])ELb([01])E", name)
             label = m.group(1).replace("ELi", ",").replace("Li", "").replace("ELb", ",b") if m else name
             if m and m.group(2) == "1":
                 label += " direct"
-            if m and m.group(3) != "0":
-                label += " ranges split" if m.group(3) == "1" else " ranges"
+            if m and m.group(3) == "1":
+                label += " ranged"
             loops = k_loops(ins)
             if not loops:
                 print(f"{label}: no K loop found")

@@ -478,10 +478,15 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
   void* ws;
   CHECK_CUDA(cudaMalloc(&d_out, std::max<size_t>(16, size_t(T * H * 2))));
   CHECK_CUDA(cudaMalloc(&ws, layer.workspace_bytes()));
-  // The layer's workspace layout (forward.cu makes it from the same arguments), to read the routing
-  // (--routing model) and the trace words (--trace).
+  // The layer's workspace layout (forward.cu makes it from the same arguments: the SMs its GEMMs
+  // launch on, LayerOptions::max_sms or the device's), to read the routing (--routing model) and the
+  // trace words (--trace).
+  int device = 0, device_sms = 0;
+  CHECK_CUDA(cudaGetDevice(&device));
+  CHECK_CUDA(cudaDeviceGetAttribute(&device_sms, cudaDevAttrMultiProcessorCount, device));
+  const int layer_sms = o.max_sms > 0 && o.max_sms < device_sms ? o.max_sms : device_sms;
   const WorkspaceLayout wl = WorkspaceLayout::make(p.max_tokens, K, layer.num_local_experts(), H,
-                                                   layer.local_intermediate_size(), o.split_k);
+                                                   layer.local_intermediate_size(), o.split_k, layer_sms);
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   auto args = [&](int s) {

@@ -16,11 +16,11 @@
 
 namespace fp4moe::sm90 {
 
-// The launch of one instantiation (kDirect: direct GEMM1, MoeGemmParams::direct_ids; kRanges: GEMM2
+// The launch of one instantiation (kDirect: direct GEMM1, MoeGemmParams::direct_ids; kRanged: GEMM2
 // over canonical K ranges, moe_gemm_sm90.cuh).
-template <class T, bool kDirect, int kRanges = kRangesNone>
+template <class T, bool kDirect, bool kRanged = false>
 Status launch_kernel(const MoeGemmParams& p, unsigned grid, cudaStream_t stream) {
-  auto* kernel = moe_gemm_sm90_kernel<T, kDirect, kRanges>;
+  auto* kernel = moe_gemm_sm90_kernel<T, kDirect, kRanged>;
   // The shared-memory opt-in is a per-device attribute: set it once for each device this process
   // launches on (one process may drive several GPUs, one thread each). Bit d of attr_set: done on
   // device d (a later cudaDeviceReset would need it again; fp4moe never resets a device).
@@ -69,7 +69,7 @@ Status launch_traits(const MoeGemmParams& p, int num_sms, cudaStream_t stream) {
   q.div_m_blocks = FastDiv(uint32_t(m_blocks));
   if (max_tiles >= (int64_t(1) << 31))
     return internal_error("sm90: ", max_tiles, " work units do not fit the kernels' 32-bit tile arithmetic");
-  if (ranged && split == 1 && int64_t(grid) > p.layout.range_ctas)
+  if (ranged && int64_t(grid) > p.layout.range_ctas)
     return internal_error("sm90: GEMM2 over K ranges with ", grid, " CTAs, the workspace has slots for ",
                           p.layout.range_ctas);
   if (p.direct_ids) {
@@ -87,10 +87,7 @@ Status launch_traits(const MoeGemmParams& p, int num_sms, cudaStream_t stream) {
     }
   }
   if constexpr (!T::kGemm1) {
-    if (ranged && split == 1) return launch_kernel<T, false, kRangesInKernel>(q, grid, stream);
-    if constexpr (T::kBN == 16) {
-      if (ranged) return launch_kernel<T, false, kRangesSplit>(q, grid, stream);  // (split > 1)
-    }
+    if (ranged) return launch_kernel<T, false, true>(q, grid, stream);
   }
   return launch_kernel<T, false>(q, grid, stream);
 }

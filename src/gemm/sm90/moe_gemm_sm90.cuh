@@ -320,6 +320,8 @@ struct ConsumerCtx {
   // Split-K (BN16 only): the tile's index, this unit's range and the number of ranges.
   int64_t tile;
   int split, split_index;
+  // GEMM2 over canonical K ranges (kRanged): this call's range of the work unit's.
+  int range, ranges;
   int token_tile;  // the plan's token tile of this work unit (GEMM1 with overlap counts in tile_done)
   // Trace builds: thread 0's running sums, in shared memory, of its waits for full stages [0], of its
   // time in K loops [1], of its time from a tile's start to its K loop [2], finding tiles [3] (with
@@ -461,8 +463,7 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
     }
   }
   const int k_units = int(x.k_units);  // this unit's chunks
-  // The K loop over k_units chunks from the first of the stage at ps (its first MMA starts the sum).
-  auto k_loop = [&](auto live, const int k_units) {
+  auto k_loop = [&](auto live) {
     int ku = 0;
     if constexpr (T::kChunks == 4) {
       // Four chunks a stage (the barrier wait, the release and the stage arithmetic once per four),
@@ -493,62 +494,45 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
   };
   FP4MOE_TRACE_ONLY(const long long k_loop_from = clock64();
                     if (x.tid == 0) x.trace_acc[2] += (unsigned long long)(k_loop_from - tile_from);)
-  auto run_k_loop = [&](const int n) {
-    if constexpr (T::kBN == 16) k_loop(active, n);
-    else if (active) k_loop(std::true_type{}, n);
-    else k_loop(std::false_type{}, n);
-  };
+  if constexpr (T::kBN == 16) k_loop(active);
+  else if (active) k_loop(std::true_type{});
+  else k_loop(std::false_type{});
   // Unconditional (also for inactive warpgroups, which issued nothing): a wait under a branch made
-  // ptxas insert its own waits (C7517). The fences keep the accumulator reads after it.
-  auto drain = [&]() {
-    cute::warpgroup_wait<0>();
+  // ptxas insert its own waits (C7517). The fences keep the epilogue's accumulator reads after it.
+  cute::warpgroup_wait<0>();
 #pragma unroll
-    for (int b = 0; b < kBufs; ++b) fence_fragments(a[b]);
-    fence_accumulators(acc);
-  };
-  // GEMM2 over canonical K ranges, unsplit (split at them, each unit is one range and runs the plain
-  // kernel): each range's sum from zero (its first MMA's scale_d), the running total after each but
-  // the last in this CTA's slot (its own words for each thread, [accumulator][consumer thread] so
-  // that a warp's words are adjacent), range 0 stored as is and each later one added to it; the
-  // last range's sum is added to the total below. The split-K fixup adds its units' partials in the
-  // same order, so a split at the ranges gives the same bits. (Through L2, ld/st.cg: a slot is
-  // another SM's in another launch.) Static costs (scripts/sass-kloop.py): the BN16 K loops 429
-  // instructions against the plain kernels' 400 (ptxas moves each wgmma's descriptor into other
-  // uniform registers), the wider configs within 1-3 either way. A copy of the K loop for whole
-  // ranges (a constant trip count) beside the last range's ran ptxas out of registers (C7512),
-  // and a per-stage range check inside the one loop kept the boundary's code in it.
-  [[maybe_unused]] float* range_total = nullptr;
-  if constexpr (kRanged) {
-    static_assert(!T::kGemm1, "K ranges: GEMM2 only");
-    static_assert(T::kConsumers * 128 * kAcc <= kRangeSlotFloats, "K ranges: slot too small");
-    static_assert(T::kChunks <= 4 && kRangeChunks % 4 == 0, "K ranges: a range is whole stages");
-    range_total = p.ws.range_total +
-                  (int64_t(p.tail_of > 0 ? p.layout.range_ctas : 0) + blockIdx.x) * kRangeSlotFloats + x.c * 128 + x.tid;
-    for (int r = 0; r < k_units; r += kRangeChunks) {
-      const int n = __shfl_sync(0xffffffffu, min(kRangeChunks, k_units - r), 0);
-      run_k_loop(n);
-      if (r + n < k_units) {
-        drain();
-        if (active) {
-#pragma unroll
-          for (int i = 0; i < kAcc; ++i) {
-            float* const t = range_total + i * (T::kConsumers * 128);
-            __stcg(t, r == 0 ? acc[i] : __ldcg(t) + acc[i]);
-          }
-        }
-      }
-    }
-  } else {
-    run_k_loop(k_units);
-  }
-  drain();
+  for (int b = 0; b < kBufs; ++b) fence_fragments(a[b]);
+  fence_accumulators(acc);
   release_stage(&x.empty[prev_stage]);
   FP4MOE_TRACE_ONLY(if (x.tid == 0) x.trace_acc[1] += (unsigned long long)(clock64() - k_loop_from);)
   if (!active) return;
+
+  // ---- GEMM2 over canonical K ranges, unsplit: the running total -----------------------------------
+  // The consumers run such a work unit one range at a time (x.range of x.ranges, each a call with
+  // this K loop, whose first MMA starts the range's sum from zero: moe_gemm_sm90_kernel). After
+  // each range but the last its sum goes to the running total in this CTA's slot (its own words for
+  // each thread, [accumulator][consumer thread] so that a warp's words are adjacent): range 0's
+  // stored as is, each later one added; the last range's sum is added to it here and the epilogue
+  // follows. The split-K fixup below adds a split's partials (one range each) in the same order, so
+  // a split at the ranges gives the same bits. (Through L2, ld/st.cg: a slot is another SM's in
+  // another launch.) A loop over the ranges around the K loop instead cost the BN16 K loops 29-33
+  // instructions of 400 (ptxas moved each wgmma's descriptor into other uniform registers).
   if constexpr (kRanged) {
-    if (k_units > kRangeChunks) {
+    static_assert(!T::kGemm1, "K ranges: GEMM2 only");
+    static_assert(T::kConsumers * 128 * kAcc <= kRangeSlotFloats, "K ranges: slot too small");
+    if (x.ranges > 1) {
+      float* const total = p.ws.range_total +
+                           (int64_t(p.tail_of > 0 ? p.layout.range_ctas : 0) + blockIdx.x) * kRangeSlotFloats +
+                           x.c * 128 + x.tid;
+      constexpr int kStride = T::kConsumers * 128;
+      if (x.range + 1 < x.ranges) {
 #pragma unroll
-      for (int i = 0; i < kAcc; ++i) acc[i] = __ldcg(range_total + i * (T::kConsumers * 128)) + acc[i];
+        for (int i = 0; i < kAcc; ++i)
+          __stcg(total + i * kStride, x.range == 0 ? acc[i] : __ldcg(total + i * kStride) + acc[i]);
+        return;
+      }
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) acc[i] = __ldcg(total + i * kStride) + acc[i];
     }
   }
 
@@ -834,16 +818,14 @@ __device__ __forceinline__ void schedule_units(int32_t* next, uint32_t* slot, ui
 // waiting for GEMM1: each CTA lets it be scheduled only after such a wait (at its first tile's
 // epilogue, or at its end). Its own instantiation: a runtime flag for it made ptxas spill around
 // the warp-role split.
-// kRanges: GEMM2 over canonical K ranges (kRangeChunks, workspace.h), split at them (kRangesSplit,
-// BN16: a work unit per range) or not (kRangesInKernel: consume_tile sums them): instantiations of
-// their own, so that the other kernels stay as they are (the ranges' start as a runtime choice
-// cost the decode GEMM2 a spill).
-enum : int { kRangesNone = 0, kRangesSplit = 1, kRangesInKernel = 2 };
-template <class T, bool kDirect = false, int kRanges = kRangesNone>
+// kRanged: GEMM2 over canonical K ranges (kRangeChunks, workspace.h): split at them (BN16, a work
+// unit per range) or not (the consumers run a unit range by range, consume_tile adding up their
+// sums). Instantiations of their own, so that the other kernels stay as they are (the ranges'
+// start as a runtime choice cost the decode GEMM2 a spill).
+template <class T, bool kDirect = false, bool kRanged = false>
 __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kernel(const MoeGemmParams p) {
   static_assert(!kDirect || (T::kGemm1 && T::kBN == 16 && !T::kRunsTails), "direct GEMM1: BN16 GEMM1 only");
-  static_assert(kRanges == kRangesNone || !T::kGemm1, "K ranges: GEMM2 only");
-  static_assert(kRanges != kRangesSplit || T::kBN == 16, "K ranges split: the split-K configs only");
+  static_assert(!kRanged || !T::kGemm1, "K ranges: GEMM2 only");
   static_assert(!kDirect || (1 + 3 * kDirectMaxK) * 4 <= T::kOffTileInfo - T::kOffTileStart, "direct table");
   static_assert(!kDirect || 3 * kDirectMaxK * 4 <= T::kStagingBytes, "direct table scratch");
   static_assert(!kDirect || kDirectMaxK <= T::kBN, "direct GEMM1: one tile an expert (an id at most top_k times)");
@@ -946,15 +928,15 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   const int64_t num_tiles = int64_t(kDirect ? tile_start[0] : tile_start[p.num_local_experts]) * m_blocks;
   // Split-K (BN16 only; the host keeps num_tiles * split <= kMaxSplitUnits): work unit w is range
   // w % split of tile w / split, chunks [r * k_units / split, (r + 1) * k_units / split), or for a
-  // GEMM2 split at its canonical K ranges (kRangesSplit) range r, chunks [r * kRangeChunks,
-  // min((r + 1) * kRangeChunks, k_units)), each unit one range, which the plain K loop sums from
-  // zero.
+  // GEMM2 split at its canonical K ranges (kRanged) range r, chunks [r * kRangeChunks,
+  // min((r + 1) * kRangeChunks, k_units)), each unit one range, whose K loop sums it from zero.
+  // (32-bit: 64-bit arithmetic here cost the BN16 K loop 8 instructions, uniform-register moves.)
   // (select_split_k keeps num_tiles * split <= kMaxSplitUnits for every routing and split <= k_units / 4;
   // launch_traits refuses a split past k_units. Re-checking here made ptxas spill the BN16 kernels.)
   const int split = T::kBN == 16 ? (T::kGemm1 ? p.split_k1 : p.split_k2) : 1;
   const int64_t num_work = num_tiles * split;
   auto k_begin = [&](uint32_t r) {
-    if constexpr (kRanges == kRangesSplit) return min(int64_t(r) * kRangeChunks, k_units);
+    if constexpr (kRanged) return int64_t(min(r * uint32_t(kRangeChunks), uint32_t(k_units)));
     else return int64_t(p.div_split.div(r * uint32_t(k_units)));
   };
   // GEMM2 skips the split's division when unsplit (every default forward): at decode its tiles are
@@ -1152,7 +1134,18 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
     const int bucket = __shfl_sync(0xffffffffu, tile_bucket<T>(tc.rows), 0);
     FP4MOE_TRACE_ONLY(const long long consume_from = clock64();
                       if (tid == 0) x.trace_acc[3] += (unsigned long long)(consume_from - find_from);)
-    consume_bucketed<T, kDirect, kRanges == kRangesInKernel>(p, x, tc, mu, active, bucket, ps);
+    if constexpr (kRanged) {
+      // One call per canonical K range (consume_tile sums them), the stages running on across them.
+      // (A split unit is one range.)
+      const int k_all = int(x.k_units);
+      x.ranges = (k_all + kRangeChunks - 1) / kRangeChunks;
+      for (x.range = 0; x.range < x.ranges; ++x.range) {
+        x.k_units = __shfl_sync(0xffffffffu, min(kRangeChunks, k_all - x.range * kRangeChunks), 0);
+        consume_bucketed<T, kDirect, true>(p, x, tc, mu, active, bucket, ps);
+      }
+    } else {
+      consume_bucketed<T, kDirect, false>(p, x, tc, mu, active, bucket, ps);
+    }
     if constexpr (T::kGemm1 && T::kOverlaps && !kDirect) {
       // The unit's epilogue is done: hand the count to thread 32, once it has taken the previous
       // one. Every thread waits, then arrives (a CTA-scope release of its own stores): with thread
