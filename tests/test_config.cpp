@@ -248,6 +248,12 @@ TEST(SelectConfig, RangeSplitOnlyForFewDecodeTilesOverManyRanges) {
   // T=2: 80 narrowed tiles: 160 units take two rounds of 64 chunks, no fewer than one of 128.
   scout.num_tokens = 2;
   EXPECT_EQ(select_range_split(scout, bn16_c2, 80, 128), 1);
+  // T=8: at most 8 token tiles x 20 m-blocks: 320 units in three rounds of 64 chunks, against two of
+  // 128; T=16: 640 units, past kMaxSplitUnits.
+  scout.num_tokens = 8;
+  EXPECT_EQ(select_range_split(scout, bn16, 80, 128), 2);
+  scout.num_tokens = 16;
+  EXPECT_EQ(select_range_split(scout, bn16, 80, 128), 1);
   // Mixtral-8x7B T=1 (E=8, top-2, GEMM2 m_units 64, k_units 224: ranges 64, 64, 64, 32): 64 tiles
   // narrowed, 256 units in two rounds of 64 chunks against one round of 224.
   ConfigInput mixtral = scout;
@@ -255,7 +261,7 @@ TEST(SelectConfig, RangeSplitOnlyForFewDecodeTilesOverManyRanges) {
   mixtral.top_k = 2;
   mixtral.num_local_experts = 8;
   EXPECT_EQ(select_range_split(mixtral, bn16_c2, 64, 224), 4);
-  // T=2: 128 narrowed tiles would be 512 units, past kMaxSplitUnits.
+  // T=2: 128 narrowed tiles: 512 units take four rounds of 64 chunks, against one of 224.
   mixtral.num_tokens = 2;
   EXPECT_EQ(select_range_split(mixtral, bn16_c2, 64, 224), 1);
   // Never more than kMaxSplitUnits units; a split always is every range.

@@ -34,9 +34,10 @@ FP4MOE_HD int32_t segment_rows(int32_t count) { return (count + 7) / 8 * 8; }
 constexpr int kPlanCtas = 64;
 constexpr int64_t kPlanMultiMinPairs = 16384;
 
-// Split-K (LayerOptions::split_k, BN16 configs): at most kMaxSplitUnits (tile, K range) work units
-// per GEMM, each leaving up to kSplitUnitFloats fp32 partial sums (4 consumers x 128 threads x 8).
-constexpr int kMaxSplitUnits = 256;
+// Split-K (LayerOptions::split_k, and GEMM2's split at its K ranges below; BN16 configs): at most
+// kMaxSplitUnits (tile, K range) work units per GEMM, each leaving up to kSplitUnitFloats fp32
+// partial sums (4 consumers x 128 threads x 8): 8 MB, only for layers that may split.
+constexpr int kMaxSplitUnits = 512;
 constexpr int kSplitUnitFloats = 4 * 128 * 8;
 constexpr int kSplitCounters = kMaxSplitUnits * 4;  // per GEMM: one per (tile, consumer)
 
