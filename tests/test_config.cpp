@@ -115,7 +115,7 @@ TEST(SelectConfig, SplitKOnlyForFewDecodeTiles) {
       EXPECT_LE(s, 8);
       const int64_t tiles = std::min<int64_t>(t, (t + 15) / 16 + std::min<int64_t>(t, 16)) * ((m + 3) / 4);
       if (s > 1) {
-        EXPECT_LE(int64_t(s) * tiles, 256) << t << " " << m;
+        EXPECT_LE(int64_t(s) * tiles, kMaxSplitUnits) << t << " " << m;
         EXPECT_LE(2 * tiles, 528) << t << " " << m;
       }
     }
