@@ -89,6 +89,36 @@ void run_forward(const MoeLayer& layer, const std::vector<uint16_t>& hidden, con
   }
 }
 
+// A token's bits do not depend on its batch: the first t tokens of `batch` (T tokens of hidden and
+// logits, routed by the router) forwarded alone, for each t of `firsts`, give exactly the batch's
+// rows, and so does the first token with the batch's routing given (precomputed: direct GEMM1 where
+// it applies).
+void expect_first_tokens_match_the_batch(const MoeLayer& layer, const std::vector<uint16_t>& hidden,
+                                         const std::vector<float>& logits, const GpuRun& batch, int64_t T,
+                                         std::initializer_list<int64_t> firsts, const std::string& what) {
+  const MoeProblem& p = layer.problem();
+  const int64_t H = p.hidden_size, E = p.num_experts();
+  for (int64_t t : firsts) {
+    const std::vector<uint16_t> h(hidden.begin(), hidden.begin() + t * H);
+    const std::vector<float> l(logits.begin(), logits.begin() + t * E);
+    GpuRun few;
+    run_forward(layer, h, l, t, &few);
+    ASSERT_FALSE(::testing::Test::HasFatalFailure());
+    for (int64_t r = 0; r < t; ++r)
+      EXPECT_EQ(std::memcmp(few.out.data() + r * H, batch.out.data() + r * H, size_t(H) * 2), 0)
+          << what << ": token " << r << " alone in a batch of " << t << " (" << layer.kernel_info(t).gemm2
+          << ") differs from the batch of " << T << " (" << layer.kernel_info(T).gemm2 << ")";
+  }
+  const std::vector<int32_t> ids(batch.ids.begin(), batch.ids.begin() + p.top_k());
+  const std::vector<float> w(batch.weights.begin(), batch.weights.begin() + p.top_k());
+  GpuRun one;
+  run_forward(layer, std::vector<uint16_t>(hidden.begin(), hidden.begin() + H), {}, 1, &one, &ids, &w);
+  ASSERT_FALSE(::testing::Test::HasFatalFailure());
+  EXPECT_EQ(std::memcmp(one.out.data(), batch.out.data(), size_t(H) * 2), 0)
+      << what << ": token 0 with precomputed routing (" << layer.kernel_info(1).gemm1 << ") differs from the batch of "
+      << T;
+}
+
 void expect_matches_reference(const MoeProblem& p, const HostMoeWeights& hw, const ref::ShardSpec& shard,
                               const std::vector<uint16_t>& hidden, const GpuRun& run, int64_t T,
                               const std::string& what) {
@@ -465,24 +495,7 @@ TEST(MoeGpu, OutputBitsDoNotDependOnTheBatch) {
     double norm = 0;
     for (int64_t i = 0; i < 9 * H; ++i) norm += std::fabs(double(bf16_to_float(batch.out[size_t(i)])));
     ASSERT_GT(norm, 0.0) << to_string(mode) << ": the batch's first rows are all zero";
-    for (int64_t t : {int64_t(1), int64_t(9), int64_t(17)}) {
-      const std::vector<uint16_t> h(hidden.begin(), hidden.begin() + t * H);
-      const std::vector<float> l(logits.begin(), logits.begin() + t * E);
-      GpuRun few;
-      run_forward(*layer, h, l, t, &few);
-      ASSERT_FALSE(HasFatalFailure());
-      for (int64_t r = 0; r < t; ++r)
-        EXPECT_EQ(std::memcmp(few.out.data() + r * H, batch.out.data() + r * H, size_t(H) * 2), 0)
-            << to_string(mode) << ": token " << r << " alone in a batch of " << t << " differs from T=" << T;
-    }
-    // The first token with the batch's routing given (precomputed: direct GEMM1 in w4a16).
-    const std::vector<int32_t> ids(batch.ids.begin(), batch.ids.begin() + p.top_k());
-    const std::vector<float> w(batch.weights.begin(), batch.weights.begin() + p.top_k());
-    GpuRun one;
-    run_forward(*layer, std::vector<uint16_t>(hidden.begin(), hidden.begin() + H), {}, 1, &one, &ids, &w);
-    ASSERT_FALSE(HasFatalFailure());
-    EXPECT_EQ(std::memcmp(one.out.data(), batch.out.data(), size_t(H) * 2), 0)
-        << to_string(mode) << ": token 0 with precomputed routing alone differs from T=" << T;
+    expect_first_tokens_match_the_batch(*layer, hidden, logits, batch, T, {1, 9, 17}, to_string(mode));
   }
 }
 
@@ -1150,26 +1163,8 @@ TEST(MoeGpu, Gemm2OverKRangesGivesTheSameBitsSplitOrNotInEveryConfigAndBatch) {
         }
         ASSERT_OK(layer->force_sm90_config(""));
         if (T != T_batch) continue;
-        // The batch's first tokens alone and with a few more.
-        for (int64_t t : {int64_t(1), int64_t(9)}) {
-          const std::vector<uint16_t> h(hidden.begin(), hidden.begin() + t * H);
-          const std::vector<float> l(logits.begin(), logits.begin() + t * E);
-          GpuRun few;
-          run_forward(*layer, h, l, t, &few);
-          ASSERT_FALSE(HasFatalFailure());
-          for (int64_t r = 0; r < t; ++r)
-            EXPECT_EQ(std::memcmp(few.out.data() + r * H, base.out.data() + r * H, size_t(H) * 2), 0)
-                << what << ": token " << r << " alone in a batch of " << t << " (" << layer->kernel_info(t).gemm2
-                << ") differs from the batch's (" << layer->kernel_info(T).gemm2 << ")";
-        }
-        // The first token with the batch's routing given (direct GEMM1 where it applies).
-        const std::vector<int32_t> ids1(base.ids.begin(), base.ids.begin() + p.top_k());
-        const std::vector<float> w1(base.weights.begin(), base.weights.begin() + p.top_k());
-        GpuRun one;
-        run_forward(*layer, std::vector<uint16_t>(hidden.begin(), hidden.begin() + H), {}, 1, &one, &ids1, &w1);
-        ASSERT_FALSE(HasFatalFailure());
-        EXPECT_EQ(std::memcmp(one.out.data(), base.out.data(), size_t(H) * 2), 0)
-            << what << ": token 0 with precomputed routing (" << layer->kernel_info(1).gemm1 << ") differs";
+        // The batch's first tokens alone, with a few more, and with the batch's routing given.
+        expect_first_tokens_match_the_batch(*layer, hidden, logits, base, T, {1, 9}, what);
       }
     }
   }
