@@ -96,7 +96,9 @@ struct KernelInfo {
   std::string gemm1;  // kernel and config names (", split-K N" when LayerOptions::split_k splits it,
                       // ", tail CONFIG" where LayerOptions::tail_tiles runs tails in a launch of
                       // their own: a main tile of 128 or more, more rows than one tile; in gemm2,
-                      // ", overlaps GEMM1" where LayerOptions::gemm_overlap applies)
+                      // ", K in N ranges" for a GEMM2 over canonical K ranges, with ", split at
+                      // them" where LayerOptions::range_split splits it, ", overlaps GEMM1" where
+                      // LayerOptions::gemm_overlap applies, ", dynamic units" for 16-token tiles)
   std::string gemm2;
   std::string regime; // e.g. "decode: <= 8 rows per expert"
 };
