@@ -1087,18 +1087,20 @@ TEST(MoeGpu, SplitKMatchesTheReferenceAndIsDeterministic) {
 // 64 chunks of 64, as Llama-4's and Mixtral's): every GEMM2 kernel sums K range by range, so the
 // default split at the ranges where GEMM2 has few tiles (LayerOptions::range_split,
 // sm90::select_range_split) gives the bits of no split, every compiled config (forced; BN16 split
-// where it has few tiles, the others summing the ranges in the kernel) gives the default's, the
-// tail launch of BN128 (150 rows on each expert: a 22-row tail) too, and a token's bits do not
-// depend on its batch. Layers: Mixtral-like (H 256, I 8448: 132 chunks, ranges of 64, 64 and 4;
-// top-2) and Llama-4-like (H 256, I 8192: two whole ranges; top-1, router weight on the input),
-// both modes. Each against the reference at T = 1 and 40.
+// where it has few tiles, the others summing the ranges in the kernel; and every config of a layer
+// that never splits, so that the BN16 kernels sum ranges in the kernel too) gives the default's,
+// the tail launch of BN128 (150 rows on each expert: a 22-row tail) too, and a token's bits do not
+// depend on its batch. Layers: Mixtral-like (H 256, I 8576: 134 chunks, ranges of 64, 64 and 6, the
+// last stage of a four-chunk config partial; top-2) and Llama-4-like (H 256, I 8192: two whole
+// ranges; top-1, router weight on the input), both modes. Each against the reference at T = 1 and
+// 40.
 TEST(MoeGpu, Gemm2OverKRangesGivesTheSameBitsSplitOrNotInEveryConfigAndBatch) {
   FP4MOE_REQUIRE_GPU();
   struct RangeLayer {
     const char* preset;
     int64_t inter;
   };
-  for (const RangeLayer& c : {RangeLayer{"mixtral-8x7b", 8448}, RangeLayer{"llama4-scout", 8192}}) {
+  for (const RangeLayer& c : {RangeLayer{"mixtral-8x7b", 8576}, RangeLayer{"llama4-scout", 8192}}) {
     for (Mode mode : {Mode::kW4A16, Mode::kW4A4}) {
       MoeProblem p;
       ASSERT_OK(get_preset(c.preset, &p));
@@ -1119,7 +1121,8 @@ TEST(MoeGpu, Gemm2OverKRangesGivesTheSameBitsSplitOrNotInEveryConfigAndBatch) {
       ASSERT_OK(MoeLayer::create_dummy(p, seed, opt, &unsplit));
       const HostMoeWeights hw = make_random_weights(p, seed);
       const std::string what0 = p.name + " " + to_string(mode);
-      // (two 128-SM-or-more GPUs' worth of tiles: at T=1 GEMM2 has at most 2 x 4 / 2 = 4 tiles)
+      // (at T=1 GEMM2 has at most 2 experts x 4 units / 2 consumers = 4 narrowed tiles: it splits on
+      // any GPU of 12 SMs or more)
       EXPECT_NE(layer->kernel_info(1).gemm2.find("split at them"), std::string::npos)
           << what0 << ": " << layer->kernel_info(1).gemm2;
       EXPECT_EQ(unsplit->kernel_info(1).gemm2.find("split at them"), std::string::npos)
@@ -1154,14 +1157,16 @@ TEST(MoeGpu, Gemm2OverKRangesGivesTheSameBitsSplitOrNotInEveryConfigAndBatch) {
         EXPECT_EQ(std::memcmp(off.out.data(), base.out.data(), base.out.size() * 2), 0)
             << what << ": range_split off (" << unsplit->kernel_info(T).gemm2 << ") against on ("
             << layer->kernel_info(T).gemm2 << ")";
-        for (const std::string& name : MoeLayer::sm90_config_names()) {
-          ASSERT_OK(layer->force_sm90_config(name));
-          GpuRun run;
-          run_forward(*layer, hidden, logits, T, &run, id_arg, w_arg);
-          EXPECT_EQ(std::memcmp(run.out.data(), base.out.data(), run.out.size() * 2), 0)
-              << what << " " << layer->kernel_info(T).gemm2;
+        for (MoeLayer* l : {layer.get(), unsplit.get()}) {
+          for (const std::string& name : MoeLayer::sm90_config_names()) {
+            ASSERT_OK(l->force_sm90_config(name));
+            GpuRun run;
+            run_forward(*l, hidden, logits, T, &run, id_arg, w_arg);
+            EXPECT_EQ(std::memcmp(run.out.data(), base.out.data(), run.out.size() * 2), 0)
+                << what << " " << l->kernel_info(T).gemm2;
+          }
+          ASSERT_OK(l->force_sm90_config(""));
         }
-        ASSERT_OK(layer->force_sm90_config(""));
         if (T != T_batch) continue;
         // The batch's first tokens alone, with a few more, and with the batch's routing given.
         expect_first_tokens_match_the_batch(*layer, hidden, logits, base, T, {1, 9}, what);
