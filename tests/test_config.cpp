@@ -270,7 +270,7 @@ TEST(SelectConfig, RangeSplitOnlyForFewDecodeTilesOverManyRanges) {
       ConfigInput in = scout;
       in.num_tokens = t;
       const int s = select_range_split(in, bn16, 80, k);
-      EXPECT_TRUE(s == 1 || s == (k + kRangeChunks - 1) / kRangeChunks) << t << " " << k << ": " << s;
+      EXPECT_TRUE(s == 1 || s == k_range_count(k)) << t << " " << k << ": " << s;
       if (s > 1) {
         EXPECT_LE(max_gemm_tiles(in, bn16, 80) * s, kMaxSplitUnits) << t << " " << k;
       }

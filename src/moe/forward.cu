@@ -226,7 +226,7 @@ KernelInfo MoeLayer::kernel_info(int64_t num_tokens) const {
     auto split = [&](const sm90::Sm90Config& c, bool gemm1) {
       const int s = impl_->split_k(num_tokens, c, gemm1);
       if (!gemm1 && gemm2_has_ranges(impl_->shard.inter_local)) {
-        const int64_t ranges = (impl_->weights.g2.k_units() + kRangeChunks - 1) / kRangeChunks;
+        const int64_t ranges = k_range_count(impl_->weights.g2.k_units());
         return ", K in " + std::to_string(ranges) + " ranges" + (s > 1 ? ", split at them" : "");
       }
       return s > 1 ? ", split-K " + std::to_string(s) : std::string();

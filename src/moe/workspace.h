@@ -50,7 +50,10 @@ constexpr int kSplitCounters = kMaxSplitUnits * 4;  // per GEMM: one per (tile, 
 // (every consumer thread's accumulators: at most 4 x 128 threads x 64 or 2 x 128 x 128).
 constexpr int kRangeChunks = 64;
 constexpr int kRangeSlotFloats = 4 * 128 * 64;
-FP4MOE_HD bool gemm2_has_ranges(int64_t local_inter) { return (local_inter + 63) / 64 > kRangeChunks; }
+// The canonical ranges of k_chunks K chunks (the last one may be shorter), and whether a GEMM2 over
+// a local intermediate size of local_inter has more than one.
+FP4MOE_HD int64_t k_range_count(int64_t k_chunks) { return (k_chunks + kRangeChunks - 1) / kRangeChunks; }
+FP4MOE_HD bool gemm2_has_ranges(int64_t local_inter) { return k_range_count((local_inter + 63) / 64) > 1; }
 
 FP4MOE_HD int64_t tiled_offset_bytes(int64_t row, int64_t k, int64_t rows_cap) {
   const int64_t chunk = k / 64;

@@ -56,7 +56,7 @@ int select_split_k(const ConfigInput& in, const Sm90Config& c, int64_t m_units, 
 
 int select_range_split(const ConfigInput& in, const Sm90Config& c, int64_t m_units, int64_t k_units) {
   if (c.tile_tokens != 16 || k_units <= kRangeChunks || in.num_sms <= 0) return 1;
-  const int64_t ranges = (k_units + kRangeChunks - 1) / kRangeChunks;
+  const int64_t ranges = k_range_count(k_units);
   const int64_t tiles = max_gemm_tiles(in, c, m_units);
   if (tiles <= 0 || tiles * ranges > kMaxSplitUnits) return 1;
   auto rounds = [&](int64_t units) { return (units + in.num_sms - 1) / in.num_sms; };

@@ -49,7 +49,7 @@ Status launch_traits(const MoeGemmParams& p, int num_sms, cudaStream_t stream) {
     return internal_error("sm90: split-K ", split, " for config BN", T::kBN, " over ", g.k_units(), " K chunks");
   // GEMM2 over canonical K ranges (workspace.h) splits into all of them or none.
   const bool ranged = !T::kGemm1 && gemm2_has_ranges(p.inter_local);
-  const int64_t num_ranges = (g.k_units() + kRangeChunks - 1) / kRangeChunks;
+  const int64_t num_ranges = k_range_count(g.k_units());
   if (ranged && split != 1 && split != num_ranges)
     return internal_error("sm90: split-K ", split, " of a GEMM2 over ", num_ranges, " K ranges (", g.k_units(),
                           " chunks)");

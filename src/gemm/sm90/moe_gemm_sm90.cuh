@@ -1138,7 +1138,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
       // One call per canonical K range (consume_tile sums them), the stages running on across them.
       // (A split unit is one range.)
       const int k_all = int(x.k_units);
-      x.ranges = (k_all + kRangeChunks - 1) / kRangeChunks;
+      x.ranges = (k_all + kRangeChunks - 1) / kRangeChunks;  // (k_range_count in 32 bits: 64-bit spilled)
       for (x.range = 0; x.range < x.ranges; ++x.range) {
         x.k_units = __shfl_sync(0xffffffffu, min(kRangeChunks, k_all - x.range * kRangeChunks), 0);
         consume_bucketed<T, kDirect, true>(p, x, tc, mu, active, bucket, ps);
