@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Prepared in session 24 for the next session (not run: session 24's device time was spent). What
+# Prepared in session 24, run in session 25 (first the GPU tests: session 24's last test edits ran only
+# on the CPU). What
 # the GEMM2 K ranges cost where they do not split (perf-notes plan item 0): main against
 # exp/s24-noranges (no layer has ranges: sequential K, other bits, a measurement only), an A/B at
 # the points where session 24 saw the cost (Mixtral prefill +5-9% in the table run, T = 2-4 +2.4
@@ -12,6 +13,7 @@
 #   FP4MOE_STAGE_TRACE_MORE="trnoranges=exp/s24-noranges" scripts/stage-gpu.sh
 source scripts/gpu-lib.sh
 gpu_init
+gpu_tests 150
 export FP4MOE_AB_ARGS="--routing random" GPU_AB_REPS=3 GPU_AB_BASE_BIN=gpubin/noranges/fp4moe-bench
 gpu_ab ranges gpubin/bin/fp4moe-bench 400 mixtral-8x7b:2,128,4096,16384 llama4-scout:2,4,4096 \
   llama4-maverick:4096 deepseek-r1:8
