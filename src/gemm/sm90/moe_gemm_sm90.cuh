@@ -509,30 +509,41 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
 
   // ---- GEMM2 over canonical K ranges, unsplit: the running total -----------------------------------
   // The consumers run such a work unit one range at a time (x.range of x.ranges, each a call with
-  // this K loop, whose first MMA starts the range's sum from zero: moe_gemm_sm90_kernel). After
-  // each range but the last its sum goes to the running total in this CTA's slot (its own words for
-  // each thread, [accumulator][consumer thread] so that a warp's words are adjacent): range 0's
-  // stored as is, each later one added; the last range's sum is added to it here and the epilogue
-  // follows. The split-K fixup below adds a split's partials (one range each) in the same order, so
-  // a split at the ranges gives the same bits. (Through L2, ld/st.cg: a slot is another SM's in
-  // another launch.) A loop over the ranges around the K loop instead cost the BN16 K loops 29-33
-  // instructions of 400 (ptxas moved each wgmma's descriptor into other uniform registers).
+  // this K loop, whose first MMA starts the range's sum from zero: moe_gemm_sm90_kernel). Each range's
+  // sum goes to the running total in this CTA's slot, [accumulator / 4][consumer thread][4] (a warp's
+  // 16-byte pieces adjacent): range 0's stored, each later one but the last added in L2 by a
+  // reduction (red_add_f32x4, which the thread does not wait for: the next range's MMAs run while
+  // L2 adds; a load, add and store here cost Mixtral's prefill 6-8%), the last one's added to the
+  // loaded total here (add_rn_ftz, the same add: this thread's own reductions are in) and the
+  // epilogue follows. The split-K fixup below adds a split's partials (one range each) in the same
+  // order with the same add, so a split at the ranges gives the same bits. (Through L2: a slot is
+  // another SM's in another launch.) A loop over the ranges around the K loop instead cost the BN16
+  // K loops 29-33 instructions of 400 (ptxas moved each wgmma's descriptor into other uniform
+  // registers).
   if constexpr (kRanged) {
     static_assert(!T::kGemm1, "K ranges: GEMM2 only");
     static_assert(T::kConsumers * 128 * kAcc <= kRangeSlotFloats, "K ranges: slot too small");
+    static_assert(kAcc % 4 == 0, "K ranges: 16-byte pieces");
     if (x.ranges > 1) {
       float* const total = p.ws.range_total +
                            (int64_t(p.tail_of > 0 ? p.layout.range_ctas : 0) + blockIdx.x) * kRangeSlotFloats +
-                           x.c * 128 + x.tid;
-      constexpr int kStride = T::kConsumers * 128;
+                           (x.c * 128 + x.tid) * 4;
+      constexpr int kStride = T::kConsumers * 128 * 4;
+      if (x.range == 0) {
+#pragma unroll
+        for (int i = 0; i < kAcc; i += 4)
+          __stcg(reinterpret_cast<float4*>(total + (i / 4) * kStride),
+                 make_float4(acc[i], acc[i + 1], acc[i + 2], acc[i + 3]));
+        return;
+      }
       if (x.range + 1 < x.ranges) {
 #pragma unroll
-        for (int i = 0; i < kAcc; ++i)
-          __stcg(total + i * kStride, x.range == 0 ? acc[i] : __ldcg(total + i * kStride) + acc[i]);
+        for (int i = 0; i < kAcc; i += 4)
+          red_add_f32x4(total + (i / 4) * kStride, acc[i], acc[i + 1], acc[i + 2], acc[i + 3]);
         return;
       }
 #pragma unroll
-      for (int i = 0; i < kAcc; ++i) acc[i] = __ldcg(total + i * kStride) + acc[i];
+      for (int i = 0; i < kAcc; ++i) acc[i] = add_rn_ftz(__ldcg(total + (i / 4) * kStride + i % 4), acc[i]);
     }
   }
 
@@ -571,6 +582,9 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
           const float4 v = __ldcg(reinterpret_cast<const float4*>(src + i));
           if (r == 0) {
             acc[i] = v.x, acc[i + 1] = v.y, acc[i + 2] = v.z, acc[i + 3] = v.w;
+          } else if constexpr (kRanged) {  // the running total's add (above)
+            acc[i] = add_rn_ftz(acc[i], v.x), acc[i + 1] = add_rn_ftz(acc[i + 1], v.y);
+            acc[i + 2] = add_rn_ftz(acc[i + 2], v.z), acc[i + 3] = add_rn_ftz(acc[i + 3], v.w);
           } else {
             acc[i] += v.x, acc[i + 1] += v.y, acc[i + 2] += v.z, acc[i + 3] += v.w;
           }

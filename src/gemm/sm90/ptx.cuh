@@ -89,6 +89,23 @@ __device__ __forceinline__ void red_release_gpu_add(int32_t* p, int32_t v) {
   asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
+// a + b in fp32, rounded to nearest even, subnormal inputs and results flushed to sign-preserving
+// zero: the add of red_add_f32x4 below (red.add.f32 on global memory flushes them; its .noftz needs
+// PTX ISA 9.4), so that sums done in registers and in L2 agree to the bit.
+__device__ __forceinline__ float add_rn_ftz(float a, float b) {
+  float r;
+  asm("add.rn.ftz.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+
+// p[0..3] += {a, b, c, d} in L2 (16-byte aligned; relaxed, GPU scope; no result, so the thread does
+// not wait for it). Each word's add as add_rn_ftz. This thread's later accesses of the same words
+// see it (same-address program order).
+__device__ __forceinline__ void red_add_f32x4(float* p, float a, float b, float c, float d) {
+  asm volatile("red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(a), "f"(b), "f"(c), "f"(d)
+               : "memory");
+}
+
 // Orders generic-proxy global accesses (another kernel's stores, acquired through a flag) before this
 // thread's later async-proxy (bulk copy) reads of them.
 __device__ __forceinline__ void fence_proxy_async_global() {
