@@ -278,6 +278,44 @@ TEST(SelectConfig, RangeSplitOnlyForFewDecodeTilesOverManyRanges) {
   }
 }
 
+// A GEMM2 over K ranges is narrowed for few tiles unless that loses its split at the ranges.
+TEST(SelectConfig, RangedGemmTwoKeepsTheWideTileWhereOnlyItSplits) {
+  const Sm90Config wide = compiled_configs()[0];
+  const Sm90Config narrow = compiled_configs()[kNarrowDecodeConfig];
+  ASSERT_EQ(wide.tile_tokens, 16);
+  ASSERT_EQ(wide.consumers, 4);
+  ASSERT_EQ(narrow.consumers, 2);
+  ConfigInput scout;  // Llama-4-Scout: E=16, top-1, GEMM2 m_units 80, k_units 128 (two ranges)
+  scout.top_k = 1;
+  scout.num_local_experts = 16;
+  scout.num_sms = 132;
+  ConfigInput mixtral = scout;  // Mixtral-8x7B: E=8, top-2, GEMM2 m_units 64, k_units 224
+  mixtral.top_k = 2;
+  mixtral.num_local_experts = 8;
+  // T=1: the narrowed tiles split (Scout 40 tiles, 80 units; Mixtral 64 tiles, 256 units).
+  scout.num_tokens = mixtral.num_tokens = 1;
+  EXPECT_EQ(select_ranged_gemm2(scout, wide, 80, 128).name(), narrow.name());
+  EXPECT_EQ(select_ranged_gemm2(mixtral, wide, 64, 224).name(), narrow.name());
+  // T=2: the narrowed tiles would not split (Scout 80 tiles in one round of 128 chunks, against two
+  // of 64; Mixtral 128 tiles, one round of 224 against four of 64); the wide ones do (40 tiles, 80
+  // units; 64 tiles, 256 units in two rounds).
+  scout.num_tokens = mixtral.num_tokens = 2;
+  EXPECT_EQ(select_range_split(scout, narrow, 80, 128), 1);
+  EXPECT_EQ(select_ranged_gemm2(scout, wide, 80, 128).name(), wide.name());
+  EXPECT_EQ(select_range_split(mixtral, narrow, 64, 224), 1);
+  EXPECT_EQ(select_ranged_gemm2(mixtral, wide, 64, 224).name(), wide.name());
+  // T=4 (Scout): the wide tiles do not split either (80 tiles: 160 units in two rounds of 64 chunks,
+  // no fewer than one round of 128), so narrow_for_few_tiles decides.
+  scout.num_tokens = 4;
+  EXPECT_EQ(select_ranged_gemm2(scout, wide, 80, 128).name(), narrow_for_few_tiles(scout, wide, 80).name());
+  // Not narrowed, not changed: a K of one range, or a config other than the default decode one.
+  scout.num_tokens = 2;
+  EXPECT_EQ(select_ranged_gemm2(scout, wide, 80, 64).name(), narrow.name());
+  const Sm90Config bn32 = compiled_configs()[1];
+  ASSERT_NE(bn32.tile_tokens, 16);
+  EXPECT_EQ(select_ranged_gemm2(scout, bn32, 80, 128).name(), bn32.name());
+}
+
 // A layer whose GEMM2 has K ranges gets the split's regions (its default split) and a range slot per
 // CTA for the main and the tail launch, after every other region; others get none.
 TEST(SelectConfig, RangeSlotsOnlyForGemmTwoOverRanges) {

@@ -69,7 +69,8 @@ struct MoeLayer::Impl {
   // The configs of GEMM1 and GEMM2 (the same tile tokens): the layer's config, which the default
   // heuristic narrows per GEMM where it has few tiles (sm90::narrow_for_few_tiles), unless split-K
   // (LayerOptions::split_k) splits that GEMM, which serves the case its own way. (A GEMM2 over K
-  // ranges is narrowed first and then split at its ranges: split_k below.)
+  // ranges splits at them instead, narrowed only where that does not lose the split:
+  // sm90::select_ranged_gemm2, split_k below.)
   std::pair<sm90::Sm90Config, sm90::Sm90Config> sm90_gemm_configs(int64_t num_tokens) const {
     if (forced) return {*forced, *forced};
     const sm90::ConfigInput in = config_input(num_tokens);
@@ -77,6 +78,7 @@ struct MoeLayer::Impl {
     const sm90::Sm90Config c = sm90::select_config(in);
     auto pick = [&](const layout::GemmWeightShape& g, bool ranged) {
       if (options.split_k && !ranged && sm90::select_split_k(in, c, g.m_units(), g.k_units()) > 1) return c;
+      if (ranged && options.range_split) return sm90::select_ranged_gemm2(in, c, g.m_units(), g.k_units());
       return sm90::narrow_for_few_tiles(in, c, g.m_units());
     };
     return {pick(weights.g1, false), pick(weights.g2, gemm2_has_ranges(shard.inter_local))};

@@ -63,6 +63,12 @@ int select_range_split(const ConfigInput& in, const Sm90Config& c, int64_t m_uni
   return rounds(tiles * ranges) * kRangeChunks < rounds(tiles) * k_units ? int(ranges) : 1;
 }
 
+Sm90Config select_ranged_gemm2(const ConfigInput& in, const Sm90Config& c, int64_t m_units, int64_t k_units) {
+  const Sm90Config narrow = narrow_for_few_tiles(in, c, m_units);
+  if (narrow.name() == c.name() || select_range_split(in, narrow, m_units, k_units) > 1) return narrow;
+  return select_range_split(in, c, m_units, k_units) > 1 ? c : narrow;
+}
+
 Sm90Config select_config(const ConfigInput& in) {
   const int64_t rows = in.num_tokens * in.top_k;
   const int64_t per_expert = in.num_local_experts > 0 ? (rows + in.num_local_experts - 1) / in.num_local_experts : rows;
