@@ -222,6 +222,35 @@ TEST(SelectConfig, SplitKWorkspaceOnlyWhenAskedFor) {
   EXPECT_LE(on.split_count + 4 * size_t(on.split_counters), on.total);
 }
 
+// The canonical K ranges: none up to kRangeChunks = 64 chunks, then as few as keep each at most
+// kMaxRangeChunks = 128 but at least two, of one length (a multiple of 4) but the last.
+TEST(SelectConfig, CanonicalRangesAreFewOfOneLength) {
+  struct Case {
+    int64_t chunks, len, count;
+  };
+  for (const Case& c : {Case{1, 1, 1}, Case{45, 45, 1}, Case{64, 64, 1}, Case{65, 36, 2}, Case{128, 64, 2},
+                        Case{134, 68, 2}, Case{224, 112, 2}, Case{256, 128, 2}, Case{257, 88, 3}, Case{262, 88, 3},
+                        Case{1000, 128, 8}}) {
+    EXPECT_EQ(k_range_chunks(c.chunks), c.len) << c.chunks;
+    EXPECT_EQ(k_range_count(c.chunks), c.count) << c.chunks;
+  }
+  for (int64_t k = 1; k <= 2000; ++k) {
+    const int64_t len = k_range_chunks(k), n = k_range_count(k);
+    ASSERT_GE(len, 1) << k;
+    ASSERT_LE(len, kMaxRangeChunks) << k;
+    ASSERT_EQ(n > 1, k > kRangeChunks) << k;
+    if (n == 1) continue;
+    ASSERT_EQ(len % 4, 0) << k;                       // each range starts a four-chunk stage
+    ASSERT_GT(k - (n - 1) * len, 0) << k;             // the last range is not empty ...
+    ASSERT_LE(k - (n - 1) * len, len) << k;           // ... nor longer than the others
+    ASSERT_EQ(n, std::max<int64_t>(2, (k + kMaxRangeChunks - 1) / kMaxRangeChunks)) << k;  // as few as can be
+  }
+  EXPECT_EQ(gemm2_has_ranges(14336), true);   // Mixtral-8x7B
+  EXPECT_EQ(gemm2_has_ranges(8192), true);    // Llama-4
+  EXPECT_EQ(gemm2_has_ranges(4096), false);   // 64 chunks
+  EXPECT_EQ(gemm2_has_ranges(2880), false);   // gpt-oss
+}
+
 // GEMM2 over canonical K ranges (more than kRangeChunks = 64 K chunks): split into all its ranges
 // where that takes fewer rounds of range-long units than whole tiles take, with 16-token tiles only,
 // at most kMaxSplitUnits units; never where K is one range.
@@ -254,14 +283,14 @@ TEST(SelectConfig, RangeSplitOnlyForFewDecodeTilesOverManyRanges) {
   EXPECT_EQ(select_range_split(scout, bn16, 80, 128), 2);
   scout.num_tokens = 16;
   EXPECT_EQ(select_range_split(scout, bn16, 80, 128), 1);
-  // Mixtral-8x7B T=1 (E=8, top-2, GEMM2 m_units 64, k_units 224: ranges 64, 64, 64, 32): 64 tiles
-  // narrowed, 256 units in two rounds of 64 chunks against one round of 224.
+  // Mixtral-8x7B T=1 (E=8, top-2, GEMM2 m_units 64, k_units 224: two ranges of 112): 64 tiles
+  // narrowed, 128 units in one round of 112 chunks against one round of 224.
   ConfigInput mixtral = scout;
   mixtral.num_tokens = 1;
   mixtral.top_k = 2;
   mixtral.num_local_experts = 8;
-  EXPECT_EQ(select_range_split(mixtral, bn16_c2, 64, 224), 4);
-  // T=2: 128 narrowed tiles: 512 units take four rounds of 64 chunks, against one of 224.
+  EXPECT_EQ(select_range_split(mixtral, bn16_c2, 64, 224), 2);
+  // T=2: 128 narrowed tiles: 256 units take two rounds of 112 chunks, no fewer than one of 224.
   mixtral.num_tokens = 2;
   EXPECT_EQ(select_range_split(mixtral, bn16_c2, 64, 224), 1);
   // Never more than kMaxSplitUnits units; a split always is every range.
@@ -292,13 +321,13 @@ TEST(SelectConfig, RangedGemmTwoKeepsTheWideTileWhereOnlyItSplits) {
   ConfigInput mixtral = scout;  // Mixtral-8x7B: E=8, top-2, GEMM2 m_units 64, k_units 224
   mixtral.top_k = 2;
   mixtral.num_local_experts = 8;
-  // T=1: the narrowed tiles split (Scout 40 tiles, 80 units; Mixtral 64 tiles, 256 units).
+  // T=1: the narrowed tiles split (Scout 40 tiles, 80 units; Mixtral 64 tiles, 128 units).
   scout.num_tokens = mixtral.num_tokens = 1;
   EXPECT_EQ(select_ranged_gemm2(scout, wide, 80, 128).name(), narrow.name());
   EXPECT_EQ(select_ranged_gemm2(mixtral, wide, 64, 224).name(), narrow.name());
   // T=2: the narrowed tiles would not split (Scout 80 tiles in one round of 128 chunks, against two
-  // of 64; Mixtral 128 tiles, one round of 224 against four of 64); the wide ones do (40 tiles, 80
-  // units; 64 tiles, 256 units in two rounds).
+  // of 64; Mixtral 128 tiles, one round of 224 against two of 112); the wide ones do (40 tiles, 80
+  // units; 64 tiles, 128 units in one round).
   scout.num_tokens = mixtral.num_tokens = 2;
   EXPECT_EQ(select_range_split(scout, narrow, 80, 128), 1);
   EXPECT_EQ(select_ranged_gemm2(scout, wide, 80, 128).name(), wide.name());

@@ -1083,28 +1083,30 @@ TEST(MoeGpu, SplitKMatchesTheReferenceAndIsDeterministic) {
   }
 }
 
-// GEMM2 over canonical K ranges (workspace.h's kRangeChunks: a local intermediate size of more than
-// 64 chunks of 64, as Llama-4's and Mixtral's): every GEMM2 kernel sums K range by range, so the
+// GEMM2 over canonical K ranges (workspace.h's k_range_chunks: a local intermediate size of more
+// than 64 chunks of 64, as Llama-4's and Mixtral's): every GEMM2 kernel sums K range by range, so the
 // default split at the ranges where GEMM2 has few tiles (LayerOptions::range_split,
 // sm90::select_range_split) gives the bits of no split, every compiled config (forced; BN16 split
 // where it has few tiles, the others summing the ranges in the kernel; and every config of a layer
 // that never splits, so that the BN16 kernels sum ranges in the kernel too) gives the default's,
 // the tail launch of BN128 (150 rows on each expert: a 22-row tail) too, and a token's bits do not
-// depend on its batch. Layers: Mixtral-like (H 256, I 8576: 134 chunks, ranges of 64, 64 and 6, the
-// last stage of a four-chunk config partial; top-2) and Llama-4-like (H 256, I 8192: two whole
-// ranges; top-1, router weight on the input), both modes. Each against the reference at T = 1 and
-// 40.
+// depend on its batch. Layers (H 256): Mixtral-like (top-2) with I 16768 (262 chunks: ranges of 88,
+// 88 and 86, the middle one added by a reduction in L2, the last stage of a four-chunk config
+// partial) and Mixtral's own I 14336 (two ranges of 112), and Llama-4-like (I 8192: two ranges of
+// 64; top-1, router weight on the input), both modes. Each against the reference at T = 1 and 40.
 TEST(MoeGpu, Gemm2OverKRangesGivesTheSameBitsSplitOrNotInEveryConfigAndBatch) {
   FP4MOE_REQUIRE_GPU();
   struct RangeLayer {
     const char* preset;
     int64_t inter;
+    int ranges;
   };
-  for (const RangeLayer& c : {RangeLayer{"mixtral-8x7b", 8576}, RangeLayer{"llama4-scout", 8192}}) {
+  for (const RangeLayer& c : {RangeLayer{"mixtral-8x7b", 16768, 3}, RangeLayer{"mixtral-8x7b", 14336, 2},
+                              RangeLayer{"llama4-scout", 8192, 2}}) {
     for (Mode mode : {Mode::kW4A16, Mode::kW4A4}) {
       MoeProblem p;
       ASSERT_OK(get_preset(c.preset, &p));
-      p.name = std::string(c.preset) + "/ranges";
+      p.name = std::string(c.preset) + "/ranges I=" + std::to_string(c.inter);
       p.hidden_size = 256;
       p.intermediate_size = c.inter;
       p.mode = mode;
@@ -1126,6 +1128,9 @@ TEST(MoeGpu, Gemm2OverKRangesGivesTheSameBitsSplitOrNotInEveryConfigAndBatch) {
       EXPECT_NE(layer->kernel_info(1).gemm2.find("split at them"), std::string::npos)
           << what0 << ": " << layer->kernel_info(1).gemm2;
       EXPECT_EQ(unsplit->kernel_info(1).gemm2.find("split at them"), std::string::npos)
+          << what0 << ": " << unsplit->kernel_info(1).gemm2;
+      const std::string ranges = "K in " + std::to_string(c.ranges) + " ranges";
+      EXPECT_NE(unsplit->kernel_info(1).gemm2.find(ranges), std::string::npos)
           << what0 << ": " << unsplit->kernel_info(1).gemm2;
       auto rng = make_rng(seed);
       const int64_t T_batch = 300, H = p.hidden_size, E = p.num_experts();

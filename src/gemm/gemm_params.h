@@ -62,6 +62,9 @@ struct MoeGemmParams {
   // ranges, run as separate work units; the last unit of a tile to finish sums the fp32 partials in
   // range order and runs the epilogue. 1: off.
   int split_k1 = 1, split_k2 = 1;
+  // (sm90 GEMM2 over canonical K ranges, set by the launch) its range length and number of ranges
+  // (k_range_chunks, k_range_count: workspace.h)
+  int k_range_chunks = 0, k_ranges = 1;
   // (sm90, set by the launch for its config) the kernel's divisors: its split (split_k1 or split_k2)
   // and its m-blocks (weight units over the config's consumers)
   FastDiv div_split, div_m_blocks;

@@ -43,16 +43,32 @@ constexpr int kSplitCounters = kMaxSplitUnits * 4;  // per GEMM: one per (tile, 
 
 // GEMM2's canonical K ranges: where its K (the local intermediate size) spans more than
 // kRangeChunks chunks of 64 (Llama-4: 128, Mixtral-8x7B: 224), every sm90 GEMM2 kernel sums K in
-// ranges of kRangeChunks chunks, each range's MMAs started from zero and added to a running fp32
+// ranges of k_range_chunks chunks, each range's MMAs started from zero and added to a running fp32
 // total in range order. A split at those boundaries (sm90::select_range_split) then gives the
 // bits of no split, so it can run by default where GEMM2 has few tiles, and a token's bits still do
 // not depend on its batch. Each CTA keeps its running totals in a slot of kRangeSlotFloats
 // (every consumer thread's accumulators: at most 4 x 128 threads x 64 or 2 x 128 x 128).
 constexpr int kRangeChunks = 64;
 constexpr int kRangeSlotFloats = 4 * 128 * 64;
-// The canonical ranges of k_chunks K chunks (the last one may be shorter), and whether a GEMM2 over
-// a local intermediate size of local_inter has more than one.
-FP4MOE_HD int64_t k_range_count(int64_t k_chunks) { return (k_chunks + kRangeChunks - 1) / kRangeChunks; }
+// The ranges are as few as give each at most kMaxRangeChunks chunks, but at least two, of equal
+// length rounded up to 4 chunks (the decode kernels' stage: a range starts a stage), the last one
+// shorter: Llama-4 two of 64, Mixtral-8x7B two of 112 (four of 64 until session 25). Each boundary
+// costs a prefill tile a pass of its accumulators through L2, while two ranges already double a
+// decode GEMM2's work units.
+constexpr int kMaxRangeChunks = 128;
+// The canonical range length of k_chunks K chunks (all of them where they are one range), the
+// number of ranges, and whether a GEMM2 over a local intermediate size of local_inter has more than
+// one.
+FP4MOE_HD int64_t k_range_chunks(int64_t k_chunks) {
+  if (k_chunks <= kRangeChunks) return k_chunks;
+  const int64_t n = (k_chunks + kMaxRangeChunks - 1) / kMaxRangeChunks;
+  const int64_t len = (k_chunks + (n > 2 ? n : 2) - 1) / (n > 2 ? n : 2);
+  return (len + 3) / 4 * 4;
+}
+FP4MOE_HD int64_t k_range_count(int64_t k_chunks) {
+  const int64_t len = k_range_chunks(k_chunks);
+  return len > 0 ? (k_chunks + len - 1) / len : 0;
+}
 FP4MOE_HD bool gemm2_has_ranges(int64_t local_inter) { return k_range_count((local_inter + 63) / 64) > 1; }
 
 FP4MOE_HD int64_t tiled_offset_bytes(int64_t row, int64_t k, int64_t rows_cap) {

@@ -60,7 +60,7 @@ int select_range_split(const ConfigInput& in, const Sm90Config& c, int64_t m_uni
   const int64_t tiles = max_gemm_tiles(in, c, m_units);
   if (tiles <= 0 || tiles * ranges > kMaxSplitUnits) return 1;
   auto rounds = [&](int64_t units) { return (units + in.num_sms - 1) / in.num_sms; };
-  return rounds(tiles * ranges) * kRangeChunks < rounds(tiles) * k_units ? int(ranges) : 1;
+  return rounds(tiles * ranges) * k_range_chunks(k_units) < rounds(tiles) * k_units ? int(ranges) : 1;
 }
 
 Sm90Config select_ranged_gemm2(const ConfigInput& in, const Sm90Config& c, int64_t m_units, int64_t k_units) {

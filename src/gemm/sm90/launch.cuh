@@ -67,6 +67,7 @@ Status launch_traits(const MoeGemmParams& p, int num_sms, cudaStream_t stream) {
   MoeGemmParams q = p;  // (with this config's divisors)
   q.div_split = FastDiv(uint32_t(split));
   q.div_m_blocks = FastDiv(uint32_t(m_blocks));
+  if (ranged) q.k_range_chunks = int(k_range_chunks(g.k_units())), q.k_ranges = int(num_ranges);
   if (max_tiles >= (int64_t(1) << 31))
     return internal_error("sm90: ", max_tiles, " work units do not fit the kernels' 32-bit tile arithmetic");
   if (ranged && int64_t(grid) > p.layout.range_ctas)

@@ -332,7 +332,7 @@ struct ConsumerCtx {
 };
 
 // One tile of one consumer warpgroup with a wgmma N of kN: the K loop and the epilogue. kRanged:
-// GEMM2 sums K in canonical ranges (kRangeChunks, workspace.h).
+// GEMM2 sums K in canonical ranges (k_range_chunks, workspace.h).
 template <class T, int kN, bool kDirect, bool kRanged>
 __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const ConsumerCtx& x, const TileCoord& tc,
                                              int mu, bool active, PipeState& ps) {
@@ -832,7 +832,7 @@ __device__ __forceinline__ void schedule_units(int32_t* next, uint32_t* slot, ui
 // waiting for GEMM1: each CTA lets it be scheduled only after such a wait (at its first tile's
 // epilogue, or at its end). Its own instantiation: a runtime flag for it made ptxas spill around
 // the warp-role split.
-// kRanged: GEMM2 over canonical K ranges (kRangeChunks, workspace.h): split at them (BN16, a work
+// kRanged: GEMM2 over canonical K ranges (k_range_chunks, workspace.h): split at them (BN16, a work
 // unit per range) or not (the consumers run a unit range by range, consume_tile adding up their
 // sums). Instantiations of their own, so that the other kernels stay as they are (the ranges'
 // start as a runtime choice cost the decode GEMM2 a spill).
@@ -942,15 +942,15 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   const int64_t num_tiles = int64_t(kDirect ? tile_start[0] : tile_start[p.num_local_experts]) * m_blocks;
   // Split-K (BN16 only; the host keeps num_tiles * split <= kMaxSplitUnits): work unit w is range
   // w % split of tile w / split, chunks [r * k_units / split, (r + 1) * k_units / split), or for a
-  // GEMM2 split at its canonical K ranges (kRanged) range r, chunks [r * kRangeChunks,
-  // min((r + 1) * kRangeChunks, k_units)), each unit one range, whose K loop sums it from zero.
+  // GEMM2 split at its canonical K ranges (kRanged) range r, chunks [r * p.k_range_chunks,
+  // min((r + 1) * p.k_range_chunks, k_units)), each unit one range, whose K loop sums it from zero.
   // (32-bit: 64-bit arithmetic here cost the BN16 K loop 8 instructions, uniform-register moves.)
   // (select_split_k keeps num_tiles * split <= kMaxSplitUnits for every routing and split <= k_units / 4;
   // launch_traits refuses a split past k_units. Re-checking here made ptxas spill the BN16 kernels.)
   const int split = T::kBN == 16 ? (T::kGemm1 ? p.split_k1 : p.split_k2) : 1;
   const int64_t num_work = num_tiles * split;
   auto k_begin = [&](uint32_t r) {
-    if constexpr (kRanged) return int64_t(min(r * uint32_t(kRangeChunks), uint32_t(k_units)));
+    if constexpr (kRanged) return int64_t(min(r * uint32_t(p.k_range_chunks), uint32_t(k_units)));
     else return int64_t(p.div_split.div(r * uint32_t(k_units)));
   };
   // GEMM2 skips the split's division when unsplit (every default forward): at decode its tiles are
@@ -1152,9 +1152,10 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
       // One call per canonical K range (consume_tile sums them), the stages running on across them.
       // (A split unit is one range.)
       const int k_all = int(x.k_units);
-      x.ranges = (k_all + kRangeChunks - 1) / kRangeChunks;  // (k_range_count in 32 bits: 64-bit spilled)
+      x.ranges = unsplit ? p.k_ranges : 1;
+      const int k_last = k_all - (x.ranges - 1) * p.k_range_chunks;  // (a split unit's: all of it)
       for (x.range = 0; x.range < x.ranges; ++x.range) {
-        x.k_units = __shfl_sync(0xffffffffu, min(kRangeChunks, k_all - x.range * kRangeChunks), 0);
+        x.k_units = __shfl_sync(0xffffffffu, x.range + 1 < x.ranges ? p.k_range_chunks : k_last, 0);
         consume_bucketed<T, kDirect, true>(p, x, tc, mu, active, bucket, ps);
       }
     } else {
