@@ -47,8 +47,8 @@ struct LayerOptions {
   // Same bits either way; off only to measure it.
   bool tail_tiles = true;
   // GEMM2 split at its K ranges (sm90): where the local intermediate size spans more than 64 K chunks
-  // of 64 (Llama-4: 128, Mixtral-8x7B: 224), every GEMM2 kernel sums K in ranges of at most 128
-  // chunks, at least two, of one length but the last (Llama-4: two of 64, Mixtral: two of 112), each
+  // of 64 (Llama-4: 128, Mixtral-8x7B: 224), every GEMM2 kernel sums K in ranges of at most 64
+  // chunks, at least two, of one length but the last (Llama-4: two of 64, Mixtral: four of 56), each
   // range's sum added to a running total in order; where GEMM2 has few 16-token tiles
   // (sm90::select_range_split), each range then runs as its own work unit on another SM and the
   // ranges' sums are added in the same order. Same bits either way (unlike split_k, and for such a

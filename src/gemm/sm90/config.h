@@ -75,15 +75,15 @@ constexpr int64_t kMinTwoWaySplitChunks = 20;
 // c has 16-token tiles, at most kMaxSplitUnits units, and fewer rounds of range-long units than of
 // whole tiles, by tile count bound (max_gemm_tiles) and chunks a round; else 1. E.g. Llama-4-Scout
 // T=1 (40 tiles of 128 chunks: 80 units of 64 on 132 SMs) and Mixtral-8x7B T=1 (64 tiles of 224:
-// 128 units of 112).
+// 256 units of 56 in two rounds).
 int select_range_split(const ConfigInput& in, const Sm90Config& c, int64_t m_units, int64_t k_units);
 
 // The config of a GEMM2 over canonical K ranges that splits at them by default (LayerOptions::
 // range_split): narrow_for_few_tiles(c), unless c splits at its ranges (select_range_split) and the
 // narrowed config would not. Llama-4 / Mixtral-8x7B at T=2: the narrowed tiles fill the SMs once
-// (a round of 128 / 224 chunks), the 4-consumer ones split fill them once with units of 64 / 112
-// chunks (with Mixtral's four ranges of 64 then, the split measured 6-7% / 15% faster on an H200,
-// session 25).
+// (a round of 128 / 224 chunks), the 4-consumer ones split take one round of 64-chunk units / two
+// of 56 (with Mixtral's ranges of 64 then, the split measured 6-7% / 15% faster on an H200, session
+// 25).
 Sm90Config select_ranged_gemm2(const ConfigInput& in, const Sm90Config& c, int64_t m_units, int64_t k_units);
 
 // Tail tiles (LayerOptions::tail_tiles): with a main token tile of 128 or more, an expert whose rows
