@@ -48,8 +48,7 @@ float flush(float f) { return std::fpclassify(f) == FP_SUBNORMAL ? std::copysign
 float add_ftz_model(float a, float b) { return flush(flush(a) + flush(b)); }  // host: round to nearest even
 
 TEST(RangeAdd, ReductionInL2AndRegisterAddGiveTheSameBits) {
-  int device_count = 0;
-  if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) GTEST_SKIP() << "no CUDA device";
+  FP4MOE_REQUIRE_GPU();
   cudaDeviceProp prop{};
   ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
   if (prop.major < 9) GTEST_SKIP() << "red.global.add.v4.f32 needs sm_90 (device is sm_" << prop.major << prop.minor << ")";
