@@ -243,9 +243,9 @@ TEST(SelectConfig, CanonicalRangesAreFewOfOneLength) {
     ASSERT_EQ(len % 4, 0) << k;                       // each range starts a four-chunk stage
     ASSERT_GT(k - (n - 1) * len, 0) << k;             // the last range is not empty ...
     ASSERT_LE(k - (n - 1) * len, len) << k;           // ... nor longer than the others
-    // as few as keep each within kMaxRangeChunks (rounding a length up to 4 may save one for a very long K)
-    ASSERT_LE(n, std::max<int64_t>(2, (k + kMaxRangeChunks - 1) / kMaxRangeChunks)) << k;
-    ASSERT_GE(n, (k + kMaxRangeChunks - 1) / kMaxRangeChunks) << k;
+    // as few as keep each within kMaxRangeChunks, at least two (the length rounded up to 4 stays
+    // within kMaxRangeChunks, a multiple of 4, so the count is exact)
+    ASSERT_EQ(n, std::max<int64_t>(2, (k + kMaxRangeChunks - 1) / kMaxRangeChunks)) << k;
   }
   EXPECT_EQ(gemm2_has_ranges(14336), true);   // Mixtral-8x7B
   EXPECT_EQ(gemm2_has_ranges(8192), true);    // Llama-4
@@ -339,7 +339,8 @@ TEST(SelectConfig, RangedGemmTwoKeepsTheWideTileWhereOnlyItSplits) {
   // no fewer than one round of 128), so narrow_for_few_tiles decides.
   scout.num_tokens = 4;
   EXPECT_EQ(select_ranged_gemm2(scout, wide, 80, 128).name(), narrow_for_few_tiles(scout, wide, 80).name());
-  // Not narrowed, not changed: a K of one range, or a config other than the default decode one.
+  // A K of one range: narrow_for_few_tiles as for any GEMM; a config other than the default decode
+  // one: not changed.
   scout.num_tokens = 2;
   EXPECT_EQ(select_ranged_gemm2(scout, wide, 80, 64).name(), narrow.name());
   const Sm90Config bn32 = compiled_configs()[1];

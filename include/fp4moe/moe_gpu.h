@@ -48,7 +48,7 @@ struct LayerOptions {
   bool tail_tiles = true;
   // GEMM2 split at its K ranges (sm90): where the local intermediate size spans more than 64 K chunks
   // of 64 (Llama-4: 128, Mixtral-8x7B: 224), every GEMM2 kernel sums K in ranges of at most 64
-  // chunks, at least two, of one length but the last (Llama-4: two of 64, Mixtral: four of 56), each
+  // chunks, at least two, of one length, the last not longer (Llama-4: two of 64, Mixtral: four of 56), each
   // range's sum added to a running total in order; where GEMM2 has few 16-token tiles
   // (sm90::select_range_split), each range then runs as its own work unit on another SM and the
   // ranges' sums are added in the same order. Same bits either way (unlike split_k, and for such a
@@ -61,8 +61,9 @@ struct LayerOptions {
   // Direct GEMM1 (sm90, one token, precomputed routing, w4a16 without input weighting, H a multiple
   // of 64, top_k <= 16, a 16-token (BN16) decode config without split-K): GEMM1 reads the token's
   // routed ids and hidden row in place instead of waiting for the plan and the permute. The permute
-  // does not run; the plan runs beside GEMM1 in one CTA, for GEMM2 and the combine. Same bits either way (also for ids out of range or repeated); off
-  // only to measure it. KernelInfo::gemm1 says ", direct with precomputed routing" where it applies.
+  // does not run; the plan runs beside GEMM1 in one CTA, for GEMM2 and the combine. Same bits either
+  // way (also for ids out of range or repeated); off only to measure it. KernelInfo::gemm1 says
+  // ", direct with precomputed routing" where it applies.
   bool direct_gemm1 = true;
   // The most CTAs of each sm90 GEMM launch, one an SM (0: one per SM of the device): the GEMMs' grids
   // are persistent, so a limit leaves SMs to kernels that run beside the layer on other streams

@@ -51,13 +51,14 @@ constexpr int kSplitCounters = kMaxSplitUnits * 4;  // per GEMM: one per (tile, 
 constexpr int kRangeChunks = 64;
 constexpr int kRangeSlotFloats = 4 * 128 * 64;
 // The ranges are as few as give each at most kMaxRangeChunks chunks, at least two, of equal length
-// rounded up to 4 chunks (the decode kernels' stage: a range starts a stage), the last one shorter:
+// rounded up to 4 chunks (the decode kernels' stage: a range starts a stage), the last one not longer:
 // Llama-4 two of 64, Mixtral-8x7B four of 56 (64, 64, 64 and 32 until session 25, whose last
 // range left SMs idle in a split's second round). Each boundary costs a prefill tile a pass of its
 // accumulators through L2 (Mixtral with two ranges of 112: prefill -1%, T=1 -7.8%, but T=2 +5.7%
 // and T=3 slower, whose 96 tiles then did not split; session 25, run 3), while more, shorter units
 // balance a decode split better over the SMs GEMM1 frees.
 constexpr int kMaxRangeChunks = 64;
+static_assert(kMaxRangeChunks % 4 == 0 && kMaxRangeChunks <= kRangeChunks, "K ranges: lengths");
 // The canonical range length of k_chunks K chunks (all of them where they are one range), the
 // number of ranges, and whether a GEMM2 over a local intermediate size of local_inter has more than
 // one.
