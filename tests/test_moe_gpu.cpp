@@ -1090,9 +1090,9 @@ TEST(MoeGpu, SplitKMatchesTheReferenceAndIsDeterministic) {
 // where it has few tiles, the others summing the ranges in the kernel; and every config of a layer
 // that never splits, so that the BN16 kernels sum ranges in the kernel too) gives the default's,
 // the tail launch of BN128 (150 rows on each expert: a 22-row tail) too, and a token's bits do not
-// depend on its batch. Layers (H 256): Mixtral-like (top-2) with I 16768 (262 chunks: four ranges of
-// 56 and one of 38, the middle ones added by reductions in L2, the last stage of a four-chunk config
-// partial) and Mixtral's own I 14336 (four ranges of 56), and Llama-4-like (I 8192: two ranges of
+// depend on its batch. Layers (H 256): Mixtral-like (top-2) with I 16832 (263 chunks: four ranges of
+// 56 and one of 39, the middle ones added by reductions in L2, the last stage of a four-chunk config
+// partial and of a two-chunk one odd) and Mixtral's own I 14336 (four ranges of 56), and Llama-4-like (I 8192: two ranges of
 // 64; top-1, router weight on the input), both modes. Each against the reference at T = 1 and 40.
 TEST(MoeGpu, Gemm2OverKRangesGivesTheSameBitsSplitOrNotInEveryConfigAndBatch) {
   FP4MOE_REQUIRE_GPU();
@@ -1101,7 +1101,7 @@ TEST(MoeGpu, Gemm2OverKRangesGivesTheSameBitsSplitOrNotInEveryConfigAndBatch) {
     int64_t inter;
     int ranges;
   };
-  for (const RangeLayer& c : {RangeLayer{"mixtral-8x7b", 16768, 5}, RangeLayer{"mixtral-8x7b", 14336, 4},
+  for (const RangeLayer& c : {RangeLayer{"mixtral-8x7b", 16832, 5}, RangeLayer{"mixtral-8x7b", 14336, 4},
                               RangeLayer{"llama4-scout", 8192, 2}}) {
     for (Mode mode : {Mode::kW4A16, Mode::kW4A4}) {
       MoeProblem p;
