@@ -513,7 +513,8 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
   // sum goes to the running total in this CTA's slot, [accumulator / 4][consumer thread][4] (a warp's
   // 16-byte pieces adjacent): range 0's stored, each later one but the last added in L2 by a
   // reduction (red_add_f32x4, which the thread does not wait for: the next range's MMAs run while
-  // L2 adds; a load, add and store here cost Mixtral's prefill 6-8%), the last one's added to the
+  // L2 adds; with a load, add and store here instead Mixtral's prefill was 2-5% slower, session
+  // 25), the last one's added to the
   // loaded total here (add_rn_ftz, the same add: this thread's own reductions are in) and the
   // epilogue follows. The split-K fixup below adds a split's partials (one range each) in the same
   // order with the same add, so a split at the ranges gives the same bits. (Through L2: a slot is
