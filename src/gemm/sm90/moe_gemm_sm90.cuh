@@ -509,18 +509,17 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
 
   // ---- GEMM2 over canonical K ranges, unsplit: the running total -----------------------------------
   // The consumers run such a work unit one range at a time (x.range of x.ranges, each a call with
-  // this K loop, whose first MMA starts the range's sum from zero: moe_gemm_sm90_kernel). Each range's
-  // sum goes to the running total in this CTA's slot, [accumulator / 4][consumer thread][4] (a warp's
-  // 16-byte pieces adjacent): range 0's stored, each later one but the last added in L2 by a
-  // reduction (red_add_f32x4, which the thread does not wait for: the next range's MMAs run while
-  // L2 adds; with a load, add and store here instead Mixtral's prefill was 2-5% slower, session
-  // 25), the last one's added to the
-  // loaded total here (add_rn_ftz, the same add: this thread's own reductions are in) and the
-  // epilogue follows. The split-K fixup below adds a split's partials (one range each) in the same
-  // order with the same add, so a split at the ranges gives the same bits. (Through L2: a slot is
-  // another SM's in another launch.) A loop over the ranges around the K loop instead cost the BN16
-  // K loops 29-33 instructions of 400 (ptxas moved each wgmma's descriptor into other uniform
-  // registers).
+  // this K loop, whose first MMA starts the range's sum from zero: moe_gemm_sm90_kernel). Each
+  // range's sum goes to the running total in this CTA's slot, [accumulator / 4][consumer
+  // thread][4] (a warp's 16-byte pieces adjacent): range 0's stored, each later one but the last
+  // added in L2 by a reduction (red_add_f32x4, which the thread does not wait for: the next range's
+  // MMAs run while L2 adds; with a load, add and store here instead Mixtral's prefill was 2-5%
+  // slower, session 25), the last one's added to the loaded total here (add_rn_ftz, the same add:
+  // this thread's own reductions are in) and the epilogue follows. The split-K fixup below adds a
+  // split's partials (one range each) in the same order with the same add, so a split at the
+  // ranges gives the same bits. (Through L2: a slot is another SM's in another launch.) A loop over
+  // the ranges around the K loop instead cost the BN16 K loops 29-33 instructions of 400 (ptxas
+  // moved each wgmma's descriptor into other uniform registers).
   if constexpr (kRanged) {
     static_assert(!T::kGemm1, "K ranges: GEMM2 only");
     static_assert(T::kConsumers * 128 * kAcc <= kRangeSlotFloats, "K ranges: slot too small");
