@@ -22,6 +22,25 @@ ConfigInput deepseek(int64_t tokens) {
   return in;
 }
 
+// Llama-4-Scout (E=16, top-1; GEMM1 256 weight units, GEMM2 80 over 128 K chunks) and Mixtral-8x7B
+// (E=8, top-2; GEMM2 64 weight units over 224 K chunks) on 132 SMs: what the split and narrowing
+// choices read (their GEMMs' units and chunks are the tests' arguments).
+ConfigInput llama4_scout(int64_t tokens) {
+  ConfigInput in;
+  in.num_tokens = tokens;
+  in.top_k = 1;
+  in.num_local_experts = 16;
+  in.num_sms = 132;
+  return in;
+}
+
+ConfigInput mixtral_8x7b(int64_t tokens) {
+  ConfigInput in = llama4_scout(tokens);
+  in.top_k = 2;
+  in.num_local_experts = 8;
+  return in;
+}
+
 // The kernels' tile arithmetic (FastDiv, made by the launch): n / d for every n below 2^31.
 TEST(FastDiv, MatchesDivisionBelow2To31) {
   uint64_t state = 0x9e3779b97f4a7c15ull;
@@ -84,11 +103,7 @@ TEST(SelectConfig, SplitKOnlyForFewDecodeTiles) {
   bn16.consumers = 4;
   Sm90Config bn128 = bn16;
   bn128.tile_tokens = 128;
-  ConfigInput scout;  // Llama-4-Scout: E=16, top-1, GEMM2 m_units 80, k_units 128
-  scout.num_tokens = 1;
-  scout.top_k = 1;
-  scout.num_local_experts = 16;
-  scout.num_sms = 132;
+  ConfigInput scout = llama4_scout(1);  // GEMM2 m_units 80, k_units 128
   EXPECT_EQ(select_split_k(scout, bn16, 80, 128), 6);   // 20 tiles -> 132 / 20
   EXPECT_EQ(select_split_k(scout, bn16, 256, 80), 2);   // GEMM1: 64 tiles, two ranges of 40 chunks
   EXPECT_EQ(select_split_k(scout, bn16, 256, 2 * kMinTwoWaySplitChunks), 2);
@@ -166,11 +181,7 @@ TEST(SelectConfig, NarrowsTheDecodeConfigOnlyForFewTiles) {
   // DeepSeek-R1 T=1: 8 experts x 16 (GEMM1) or 28 (GEMM2) m-blocks, more than half of 132 SMs.
   EXPECT_EQ(narrow_for_few_tiles(deepseek(1), bn16, 64).name(), bn16.name());
   EXPECT_EQ(narrow_for_few_tiles(deepseek(1), bn16, 112).name(), bn16.name());
-  ConfigInput scout;  // Llama-4-Scout: E=16, top-1, H=5120, I=8192: GEMM1 256 units, GEMM2 80
-  scout.num_tokens = 1;
-  scout.top_k = 1;
-  scout.num_local_experts = 16;
-  scout.num_sms = 132;
+  ConfigInput scout = llama4_scout(1);  // H=5120, I=8192: GEMM1 256 units, GEMM2 80
   EXPECT_EQ(narrow_for_few_tiles(scout, bn16, 256).name(), narrow);  // 64 tiles <= 66
   EXPECT_EQ(narrow_for_few_tiles(scout, bn16, 80).name(), narrow);   // 20 tiles
   EXPECT_EQ(max_gemm_tiles(scout, bn16, 256), 64);
@@ -264,11 +275,7 @@ TEST(SelectConfig, RangeSplitOnlyForFewDecodeTilesOverManyRanges) {
   bn16_c2.consumers = 2;
   Sm90Config bn32 = bn16;
   bn32.tile_tokens = 32;
-  ConfigInput scout;  // Llama-4-Scout: E=16, top-1, GEMM2 m_units 80, k_units 128 (two ranges)
-  scout.num_tokens = 1;
-  scout.top_k = 1;
-  scout.num_local_experts = 16;
-  scout.num_sms = 132;
+  ConfigInput scout = llama4_scout(1);  // GEMM2 m_units 80, k_units 128 (two ranges)
   EXPECT_EQ(select_range_split(scout, bn16_c2, 80, 128), 2);  // 40 tiles: 80 units of 64 in one round
   EXPECT_EQ(select_range_split(scout, bn16, 80, 128), 2);     // 20 tiles
   EXPECT_EQ(select_range_split(scout, bn32, 80, 128), 1);     // BN16 only
@@ -287,10 +294,7 @@ TEST(SelectConfig, RangeSplitOnlyForFewDecodeTilesOverManyRanges) {
   EXPECT_EQ(select_range_split(scout, bn16, 80, 128), 1);
   // Mixtral-8x7B T=1 (E=8, top-2, GEMM2 m_units 64, k_units 224: four ranges of 56): 64 tiles
   // narrowed, 256 units in two rounds of 56 chunks against one round of 224.
-  ConfigInput mixtral = scout;
-  mixtral.num_tokens = 1;
-  mixtral.top_k = 2;
-  mixtral.num_local_experts = 8;
+  ConfigInput mixtral = mixtral_8x7b(1);
   EXPECT_EQ(select_range_split(mixtral, bn16_c2, 64, 224), 4);
   // T=2: 128 narrowed tiles: 512 units take four rounds of 56 chunks, no fewer than one of 224.
   mixtral.num_tokens = 2;
@@ -316,15 +320,9 @@ TEST(SelectConfig, RangedGemmTwoKeepsTheWideTileWhereOnlyItSplits) {
   ASSERT_EQ(wide.tile_tokens, 16);
   ASSERT_EQ(wide.consumers, 4);
   ASSERT_EQ(narrow.consumers, 2);
-  ConfigInput scout;  // Llama-4-Scout: E=16, top-1, GEMM2 m_units 80, k_units 128 (two ranges)
-  scout.top_k = 1;
-  scout.num_local_experts = 16;
-  scout.num_sms = 132;
-  ConfigInput mixtral = scout;  // Mixtral-8x7B: E=8, top-2, GEMM2 m_units 64, k_units 224
-  mixtral.top_k = 2;
-  mixtral.num_local_experts = 8;
+  ConfigInput scout = llama4_scout(1);      // GEMM2 m_units 80, k_units 128 (two ranges)
+  ConfigInput mixtral = mixtral_8x7b(1);  // GEMM2 m_units 64, k_units 224
   // T=1: the narrowed tiles split (Scout 40 tiles, 80 units; Mixtral 64 tiles, 256 units).
-  scout.num_tokens = mixtral.num_tokens = 1;
   EXPECT_EQ(select_ranged_gemm2(scout, wide, 80, 128).name(), narrow.name());
   EXPECT_EQ(select_ranged_gemm2(mixtral, wide, 64, 224).name(), narrow.name());
   // T=2: the narrowed tiles would not split (Scout 80 tiles in one round of 128 chunks, against two
