@@ -64,8 +64,9 @@ static_assert(kMaxRangeChunks % 4 == 0 && kMaxRangeChunks <= kRangeChunks, "K ra
 // one.
 FP4MOE_HD int64_t k_range_chunks(int64_t k_chunks) {
   if (k_chunks <= kRangeChunks) return k_chunks;
+  // (at least two: k_chunks > kRangeChunks >= kMaxRangeChunks)
   const int64_t n = (k_chunks + kMaxRangeChunks - 1) / kMaxRangeChunks;
-  const int64_t len = (k_chunks + (n > 2 ? n : 2) - 1) / (n > 2 ? n : 2);
+  const int64_t len = (k_chunks + n - 1) / n;
   return (len + 3) / 4 * 4;
 }
 FP4MOE_HD int64_t k_range_count(int64_t k_chunks) {
