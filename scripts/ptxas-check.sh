@@ -35,7 +35,8 @@ for tu in sm90_gemm1 sm90_gemm2; do
   if [ "$got" != "$want" ]; then echo "$tu: ptxas compiled $got sm90 kernels, compiled_configs.h lists $want"; status=1; fi
   # Known exceptions. The 4-consumer BN128 kernel (112 registers a consumer) keeps one address
   # of GEMM1's epilogue in a 16-byte stack frame (stored once, reloaded per unrolled activation
-  # step; its K loop has no local memory). The decode kernels (BN16, 4 consumers, four K chunks a
+  # step; its K loop has no local memory), and since its units are dynamic (session 26) the tile's
+  # row count from the hand-off too (stored once a tile, loaded once in its epilogue). The decode kernels (BN16, 4 consumers, four K chunks a
   # stage; GEMM1 plain and direct, and since session 20's tile hand-off GEMM2) keep the tile loop's
   # bound (64-bit) and the K chunk count, computed before the warpgroups' setmaxnreg, in a 16- or
   # 8-byte frame: stored once, reloaded after setmaxnreg and once per tile, never in the K loop
@@ -57,7 +58,7 @@ for tu in sm90_gemm1 sm90_gemm2; do
   awk '/Function properties for/ {fn=$NF}
        /bytes stack frame/ {frame=$1+0; st=$5+0; ld=$9+0;   # "F bytes stack frame, S bytes spill stores, L bytes spill loads"
          if (frame == 0 && st == 0 && ld == 0) next;
-         if (fn ~ /Sm90TraitsILi128ELi4ELi5ELi1ELb1E/ && frame <= 16 && st <= 12 && ld <= 136) { print "allowed: " fn ": " $0; next }
+         if (fn ~ /Sm90TraitsILi128ELi4ELi5ELi1ELb1E/ && frame <= 16 && st <= 16 && ld <= 140) { print "allowed: " fn ": " $0; next }
          if (fn ~ /Sm90TraitsILi16ELi4ELi4ELi1ELb[01]ELb1ELi4EEELb0E/ && frame <= 16 && st <= 16 && ld <= 64) { print "allowed: " fn ": " $0; next }
          if (fn ~ /Sm90TraitsILi16ELi4ELi4ELi1ELb1ELb1ELi4EEELb1E/ && frame <= 8 && st <= 8 && ld <= 32) { print "allowed: " fn ": " $0; next }
          print "local memory: " fn ": " $0; bad=1}

@@ -374,10 +374,10 @@ TEST(SelectConfig, GemmTwoUnitCounterHasItsOwnWord) {
   for (int64_t tokens : {1, 64, 16384}) {
     for (int experts : {1, 8, 256}) {
       const WorkspaceLayout l = WorkspaceLayout::make(tokens, 8, experts, 7168, 2048);
-      EXPECT_GE(l.gemm2_next, l.tile_done + 4 * (size_t(l.max_pairs) + size_t(experts))) << tokens << " " << experts;
-      EXPECT_GE(l.x, l.gemm2_next + 4) << tokens << " " << experts;
-      EXPECT_EQ(l.gemm2_next % 256, 0u);
-      EXPECT_LE(l.gemm2_next + 4, l.total);
+      EXPECT_GE(l.next_unit, l.tile_done + 4 * (size_t(l.max_pairs) + size_t(experts))) << tokens << " " << experts;
+      EXPECT_GE(l.x, l.next_unit + 8) << tokens << " " << experts;
+      EXPECT_EQ(l.next_unit % 256, 0u);
+      EXPECT_LE(l.next_unit + 8, l.total);
     }
   }
 }

@@ -233,15 +233,19 @@ KernelInfo MoeLayer::kernel_info(int64_t num_tokens) const {
       }
       return s > 1 ? ", split-K " + std::to_string(s) : std::string();
     };
+    // (sm90::takes_dynamic_units: moe_gemm_sm90.cuh, schedule_units)
+    auto dynamic = [](const sm90::Sm90Config& c, bool gemm1) {
+      return sm90::takes_dynamic_units(c.tile_tokens, gemm1) ? ", dynamic units" : "";
+    };
     // (the tail launches run only where an expert can hold more than one tile of rows)
     const auto tail = num_tokens * impl_->problem.top_k() > c1.tile_tokens ? impl_->tail_config(c1) : std::nullopt;
     const std::string tail_name = tail ? ", tail " + tail->name() : std::string();
     k.gemm1 = "sm90_moe_gemm1_wgmma_rs(" + c1.name() + split(c1, true) + tail_name +
-              (impl_->direct_gemm1(num_tokens, c1) ? ", direct with precomputed routing" : "") + ")";
+              (impl_->direct_gemm1(num_tokens, c1) ? ", direct with precomputed routing" : "") + dynamic(c1, true) +
+              ")";
     const bool overlap = impl_->gemm_overlap(num_tokens, c1);
-    // (GEMM2's 16-token kernels take their work units dynamically: moe_gemm_sm90.cuh, schedule_units)
     k.gemm2 = "sm90_moe_gemm2_wgmma_rs(" + c2.name() + split(c2, false) + tail_name +
-              (overlap ? ", overlaps GEMM1" : "") + (c2.tile_tokens == 16 ? ", dynamic units" : "") + ")";
+              (overlap ? ", overlaps GEMM1" : "") + dynamic(c2, false) + ")";
     k.regime = c1.regime;
     if (c2.name() != c1.name()) k.regime += std::string("; GEMM2 ") + c2.regime;
     return k;

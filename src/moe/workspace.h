@@ -100,9 +100,9 @@ struct WorkspaceLayout {
   // int32 [max_pairs + E_local]: per token tile, GEMM1's finished weight units (MoeGemmParams::overlap;
   // zeroed by the plan for the tiles of the forward)
   size_t tile_done = 0;
-  // int32: the decode GEMM2's next dynamically taken work unit, less its grid (schedule_units;
-  // zeroed by the plan with tile_done)
-  size_t gemm2_next = 0;
+  // int32 [2]: the next dynamically taken work unit, less the grid, of GEMM2 ([0]) and GEMM1 ([1])
+  // (schedule_units: the decode GEMM2 and the wide-tile kernels; zeroed by the plan with tile_done)
+  size_t next_unit = 0;
   size_t x = 0;            // bf16 tiled [x_k/64][rows_cap][64]
   size_t h = 0;            // bf16 tiled [h_k/64][rows_cap][64]
   size_t y = 0;            // bf16 [rows_cap, H]: weighted expert outputs
@@ -147,7 +147,7 @@ struct WorkspaceLayout {
     w.row_pair = take(4 * size_t(w.rows_cap));
     w.row_weight = take(4 * size_t(w.rows_cap));
     w.tile_done = take(4 * (size_t(w.max_pairs) + size_t(num_local_experts)));
-    w.gemm2_next = take(4);
+    w.next_unit = take(8);
     w.x = take(2 * size_t(w.rows_cap) * size_t(w.x_k));
     w.h = take(2 * size_t(w.rows_cap) * size_t(w.h_k));
     w.y = take(2 * size_t(w.rows_cap) * size_t(hidden));
@@ -179,7 +179,7 @@ struct WorkspacePtrs {
   int32_t* row_pair;
   float* row_weight;
   int32_t* tile_done;
-  int32_t* gemm2_next;
+  int32_t* next_unit;
   uint16_t* x;
   uint16_t* h;
   uint16_t* y;
@@ -198,7 +198,7 @@ struct WorkspacePtrs {
             reinterpret_cast<int32_t*>(b + l.plan_hist),
             reinterpret_cast<int32_t*>(b + l.pair_row),
             reinterpret_cast<int32_t*>(b + l.row_pair),   reinterpret_cast<float*>(b + l.row_weight),
-            reinterpret_cast<int32_t*>(b + l.tile_done), reinterpret_cast<int32_t*>(b + l.gemm2_next),
+            reinterpret_cast<int32_t*>(b + l.tile_done), reinterpret_cast<int32_t*>(b + l.next_unit),
             reinterpret_cast<uint16_t*>(b + l.x),       reinterpret_cast<uint16_t*>(b + l.h),
             reinterpret_cast<uint16_t*>(b + l.y),       reinterpret_cast<float*>(b + l.split_partial),
             reinterpret_cast<int32_t*>(b + l.split_count)

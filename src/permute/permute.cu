@@ -151,10 +151,10 @@ __device__ __forceinline__ void zero_split_counters(const PermuteParams& p) {
 }
 
 // Zeroes GEMM1's finished-unit counts of this forward's token tiles (MoeGemmParams::overlap) and
-// the decode GEMM2's unit counter (schedule_units).
+// the unit counters of the dynamically scheduled GEMMs (schedule_units).
 __device__ __forceinline__ void zero_tile_done(const PermuteParams& p, int32_t tiles) {
   for (int32_t i = threadIdx.x; i < tiles; i += blockDim.x) p.ws.tile_done[i] = 0;
-  if (threadIdx.x == 0) *p.ws.gemm2_next = 0;
+  if (threadIdx.x < 2) p.ws.next_unit[threadIdx.x] = 0;
 }
 
 // The plan in one CTA (up to kPlanMultiMinPairs pairs). Shared memory: E_local counters. Each

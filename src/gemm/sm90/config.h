@@ -122,6 +122,14 @@ constexpr int kTailRows = 32;  // the tail config's tile tokens
 //          repetitions.
 bool select_gemm_overlap(const ConfigInput& in, const Sm90Config& gemm1);
 
+// Whether a GEMM's kernels of this tile width take their work units dynamically (moe_gemm_sm90.cuh's
+// schedule_units and Sm90Traits::kTileHandoff, which is this): the decode GEMM2 (16 tokens) and both
+// GEMMs' tiles of 48 tokens or more. The others run a static schedule (unit blockIdx.x, then every
+// gridDim.x-th).
+constexpr bool takes_dynamic_units(int tile_tokens, bool gemm1) {
+  return (tile_tokens == 16 && !gemm1) || tile_tokens >= 48;
+}
+
 // The tile sizes instantiated (a dispatch default fails loudly for anything else).
 constexpr int kSupportedTileTokens[] = {16, 32, 48, 64, 80, 96, 128, 256};
 

@@ -23,6 +23,7 @@
 
 #include "src/format/block_codec.h"
 #include "src/gemm/gemm_params.h"
+#include "src/gemm/sm90/config.h"
 #include "src/gemm/sm90/ptx.cuh"
 #include "src/common/pdl.h"
 #include "src/routing/det_math.h"
@@ -200,11 +201,13 @@ struct Sm90Traits {
   // then do no lookup of their own: [kStages] int4 of (local expert, first row, rows, work unit),
   // in the slot of the unit's first stage (unit -1: no more units). The producer writes it between
   // its wait on that stage's empty barrier and its arrival on the full one; the consumers read it
-  // after their wait on the full barrier, before they release the stage. GEMM2 only, where decode
-  // tiles are short (32 K chunks at DeepSeek-R1, 12 at Qwen3-30B): in GEMM1's BN16 kernels it cost
-  // the K loop 6 SASS instructions per four chunks, and in the 4-consumer BN128 a spill inside the
-  // K loop.
-  static constexpr bool kTileHandoff = kBN == 16 && !kGemm1;
+  // after their wait on the full barrier, before they release the stage. The decode GEMM2, where
+  // tiles are short (32 K chunks at DeepSeek-R1, 12 at Qwen3-30B), and both GEMMs' wide tiles (48
+  // tokens or more: prefill), whose static schedule left GEMM1's CTAs ending up to ~2 tiles apart
+  // (DeepSeek-R1 T=2048: 150 us of a 2.5-ms GEMM1, session 26's trace). In GEMM1's BN16 kernels it
+  // cost the K loop 6 SASS instructions per four chunks (and in session 20's 4-consumer BN128 a
+  // spill inside the K loop).
+  static constexpr bool kTileHandoff = takes_dynamic_units(kBN, kGemm1);
   static constexpr int kOffTileInfo =
       kOffTileStart + ((kSharedTileTables ? 3 : 1) * (kMaxLocalExperts + 1) * 4 + 15) / 16 * 16;
   static constexpr int kOffBars = kOffTileInfo + (kTileHandoff ? kStages * 16 : 0);
@@ -806,8 +809,8 @@ __device__ __forceinline__ void count_gemm1_units(int32_t* tile_done, FastDiv di
   }
 }
 
-// The decode GEMM2 (Sm90Traits::kTileHandoff): the producer warpgroup's thread 32 takes the CTA's
-// work units after its first (blockIdx.x) from ws.gemm2_next, one ahead of the producer: it puts
+// The dynamically scheduled kernels (Sm90Traits::kTileHandoff): the producer warpgroup's thread 32
+// takes the CTA's work units after its first (blockIdx.x) from the GEMM's ws.next_unit, one ahead of the producer: it puts
 // each in `slot` and completes a phase of `ready`, and waits for the producer's arrival on `taken`
 // before the next; a unit past the last ends both. (An atomic in the producer thread itself waited
 // for its round trip at once: ptxas makes a single thread's atomic add the warp-aggregated form,
@@ -957,8 +960,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   // short (32 K chunks at DeepSeek-R1) and a tile's setup a visible share. (In GEMM1 the branch cost
   // its BN16 K loop an instruction: it keeps the division, a multiply-high since FastDiv.)
   const bool unsplit = !T::kGemm1 && split == 1;
-  // GEMM2's decode kernels (kTileHandoff) take their work units dynamically: each CTA its first by
-  // blockIdx.x, then the next from a counter (ws.gemm2_next, zeroed by the plan; schedule_units),
+  // GEMM2's decode kernels and the wide-tile kernels (kTileHandoff) take their work units
+  // dynamically: each CTA its first by blockIdx.x, then the next from a counter (ws.next_unit,
+  // zeroed by the plan; schedule_units),
   // so that the SMs GEMM1 leaves first (with the overlap) take more of GEMM2's units. The producer
   // hands each unit to the consumers with its tile (tile_info), then unit -1.
   constexpr bool dynamic = T::kTileHandoff;
@@ -994,8 +998,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
     if constexpr (dynamic) {
       if (__shfl_sync(0xffffffffu, tid / 32, 0) == 1) {
         if (tid == 32 && blockIdx.x < num_work)
-          schedule_units(p.ws.gemm2_next, reinterpret_cast<uint32_t*>(smem + T::kOffNextUnit), counted, count_free,
-                         uint32_t(num_work));
+          schedule_units(p.ws.next_unit + (T::kGemm1 ? 1 : 0), reinterpret_cast<uint32_t*>(smem + T::kOffNextUnit),
+                         counted, count_free, uint32_t(num_work));
         return;
       }
     }
