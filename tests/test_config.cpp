@@ -360,7 +360,7 @@ TEST(SelectConfig, RangeSlotsOnlyForGemmTwoOverRanges) {
   EXPECT_EQ(r.split_counters, 2 * kSplitCounters);
   EXPECT_GE(r.range_total, r.split_count + 4 * size_t(r.split_counters));
   EXPECT_EQ(r.range_total % 256, 0u);
-  EXPECT_EQ(r.total, r.range_total + size_t(4) * 2 * 132 * kRangeSlotFloats);
+  EXPECT_EQ(r.total, r.range_total + size_t(4) * 132 * kRangeSlotFloats);
   // (the regions before the slots do not move with the CTA count: the bench and tests read them
   // from a layout made without it)
   const WorkspaceLayout r0 = WorkspaceLayout::make(64, 1, 16, 5120, 8192);

@@ -1092,93 +1092,109 @@ TEST(MoeGpu, SplitKMatchesTheReferenceAndIsDeterministic) {
 // the tail launch of BN128 (150 rows on each expert: a 22-row tail) too, and a token's bits do not
 // depend on its batch. Layers (H 256): Mixtral-like (top-2) with I 16832 (263 chunks: four ranges of
 // 56 and one of 39, the middle ones added by reductions in L2, the last stage of a four-chunk config
-// partial and of a two-chunk one odd) and Mixtral's own I 14336 (four ranges of 56), and Llama-4-like (I 8192: two ranges of
-// 64; top-1, router weight on the input), both modes. Each against the reference at T = 1 and 40.
-TEST(MoeGpu, Gemm2OverKRangesGivesTheSameBitsSplitOrNotInEveryConfigAndBatch) {
+// partial and of a two-chunk one odd) and Mixtral's own I 14336 (four ranges of 56), and
+// Llama-4-like (I 8192: two ranges of 64; top-1, router weight on the input), both modes. Each
+// against the reference at T = 1 and 40. One instance per layer and mode (e.g.
+// .../mixtral_8x7b_I16832_w4a16), so that a sanitizer can run one: the six together did not finish
+// in 330 s under racecheck (session 26).
+struct RangeLayer {
+  const char* preset;
+  int64_t inter;
+  int ranges;
+};
+constexpr RangeLayer kRangeLayers[] = {
+    {"mixtral-8x7b", 16832, 5}, {"mixtral-8x7b", 14336, 4}, {"llama4-scout", 8192, 2}};
+
+class Gemm2OverKRangesTest : public ::testing::TestWithParam<std::tuple<RangeLayer, Mode>> {};
+
+TEST_P(Gemm2OverKRangesTest, GivesTheSameBitsSplitOrNotInEveryConfigAndBatch) {
   FP4MOE_REQUIRE_GPU();
-  struct RangeLayer {
-    const char* preset;
-    int64_t inter;
-    int ranges;
-  };
-  for (const RangeLayer& c : {RangeLayer{"mixtral-8x7b", 16832, 5}, RangeLayer{"mixtral-8x7b", 14336, 4},
-                              RangeLayer{"llama4-scout", 8192, 2}}) {
-    for (Mode mode : {Mode::kW4A16, Mode::kW4A4}) {
-      MoeProblem p;
-      ASSERT_OK(get_preset(c.preset, &p));
-      p.name = std::string(c.preset) + "/ranges I=" + std::to_string(c.inter);
-      p.hidden_size = 256;
-      p.intermediate_size = c.inter;
-      p.mode = mode;
-      p.max_tokens = 300;
-      ASSERT_TRUE(gemm2_has_ranges(p.intermediate_size));
-      const uint64_t seed = testing::test_seed() + 41;
-      LayerOptions opt;
-      opt.path = KernelPath::kSm90;
-      std::unique_ptr<MoeLayer> layer, unsplit;
-      Status st = MoeLayer::create_dummy(p, seed, opt, &layer);
-      if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.to_string();
-      ASSERT_OK(st);
-      opt.range_split = false;
-      ASSERT_OK(MoeLayer::create_dummy(p, seed, opt, &unsplit));
-      const HostMoeWeights hw = make_random_weights(p, seed);
-      const std::string what0 = p.name + " " + to_string(mode);
-      // (at T=1 GEMM2 has at most 2 experts x 4 units / 2 consumers = 4 narrowed tiles: it splits on
-      // any GPU of 12 SMs or more)
-      EXPECT_NE(layer->kernel_info(1).gemm2.find("split at them"), std::string::npos)
-          << what0 << ": " << layer->kernel_info(1).gemm2;
-      EXPECT_EQ(unsplit->kernel_info(1).gemm2.find("split at them"), std::string::npos)
-          << what0 << ": " << unsplit->kernel_info(1).gemm2;
-      const std::string ranges = "K in " + std::to_string(c.ranges) + " ranges";
-      EXPECT_NE(unsplit->kernel_info(1).gemm2.find(ranges), std::string::npos)
-          << what0 << ": " << unsplit->kernel_info(1).gemm2;
-      auto rng = make_rng(seed);
-      const int64_t T_batch = 300, H = p.hidden_size, E = p.num_experts();
-      for (int64_t T : {int64_t(1), int64_t(6), int64_t(40), int64_t(150), T_batch}) {
-        // T=150: every token on the same experts, 150 rows each: the BN128 configs run a full tile and
-        // a 22-row tail in the BN32 tail launch (its range totals in the tail launch's slots).
-        const bool same_experts = T == 150;
-        auto hidden = testing::random_hidden(rng, T, H);
-        auto logits = testing::random_logits(rng, T, E);
-        std::vector<int32_t> ids(size_t(T) * p.top_k());
-        std::vector<float> w(ids.size());
-        for (int64_t t = 0; t < T; ++t)
-          for (int k = 0; k < p.top_k(); ++k) {
-            ids[t * p.top_k() + k] = (3 * k + 1) % int(E);
-            w[t * p.top_k() + k] = 0.4f + 0.1f * k;
-          }
-        const std::string what = what0 + " T=" + std::to_string(T) + (same_experts ? " same experts" : "");
-        const std::vector<int32_t>* id_arg = same_experts ? &ids : nullptr;
-        const std::vector<float>* w_arg = same_experts ? &w : nullptr;
-        ASSERT_OK(layer->force_sm90_config(""));
-        GpuRun base, off;
-        run_forward(*layer, hidden, logits, T, &base, id_arg, w_arg);
-        ASSERT_FALSE(HasFatalFailure());
-        double norm = 0;
-        for (uint16_t v : base.out) norm += std::fabs(double(bf16_to_float(v)));
-        ASSERT_GT(norm, 0.0) << what << ": all zero";
-        if (T == 1 || T == 40) expect_matches_reference(p, hw, {}, hidden, base, T, what + " default");
-        run_forward(*unsplit, hidden, logits, T, &off, id_arg, w_arg);
-        EXPECT_EQ(std::memcmp(off.out.data(), base.out.data(), base.out.size() * 2), 0)
-            << what << ": range_split off (" << unsplit->kernel_info(T).gemm2 << ") against on ("
-            << layer->kernel_info(T).gemm2 << ")";
-        for (MoeLayer* l : {layer.get(), unsplit.get()}) {
-          for (const std::string& name : MoeLayer::sm90_config_names()) {
-            ASSERT_OK(l->force_sm90_config(name));
-            GpuRun run;
-            run_forward(*l, hidden, logits, T, &run, id_arg, w_arg);
-            EXPECT_EQ(std::memcmp(run.out.data(), base.out.data(), run.out.size() * 2), 0)
-                << what << " " << l->kernel_info(T).gemm2;
-          }
-          ASSERT_OK(l->force_sm90_config(""));
-        }
-        if (T != T_batch) continue;
-        // The batch's first tokens alone, with a few more, and with the batch's routing given.
-        expect_first_tokens_match_the_batch(*layer, hidden, logits, base, T, {1, 9}, what);
+  const RangeLayer& c = std::get<0>(GetParam());
+  const Mode mode = std::get<1>(GetParam());
+  MoeProblem p;
+  ASSERT_OK(get_preset(c.preset, &p));
+  p.name = std::string(c.preset) + "/ranges I=" + std::to_string(c.inter);
+  p.hidden_size = 256;
+  p.intermediate_size = c.inter;
+  p.mode = mode;
+  p.max_tokens = 300;
+  ASSERT_TRUE(gemm2_has_ranges(p.intermediate_size));
+  const uint64_t seed = testing::test_seed() + 41;
+  LayerOptions opt;
+  opt.path = KernelPath::kSm90;
+  std::unique_ptr<MoeLayer> layer, unsplit;
+  Status st = MoeLayer::create_dummy(p, seed, opt, &layer);
+  if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.to_string();
+  ASSERT_OK(st);
+  opt.range_split = false;
+  ASSERT_OK(MoeLayer::create_dummy(p, seed, opt, &unsplit));
+  const HostMoeWeights hw = make_random_weights(p, seed);
+  const std::string what0 = p.name + " " + to_string(mode);
+  // (at T=1 GEMM2 has at most 2 experts x 4 units / 2 consumers = 4 narrowed tiles: it splits on
+  // any GPU of 12 SMs or more)
+  EXPECT_NE(layer->kernel_info(1).gemm2.find("split at them"), std::string::npos)
+      << what0 << ": " << layer->kernel_info(1).gemm2;
+  EXPECT_EQ(unsplit->kernel_info(1).gemm2.find("split at them"), std::string::npos)
+      << what0 << ": " << unsplit->kernel_info(1).gemm2;
+  const std::string ranges = "K in " + std::to_string(c.ranges) + " ranges";
+  EXPECT_NE(unsplit->kernel_info(1).gemm2.find(ranges), std::string::npos)
+      << what0 << ": " << unsplit->kernel_info(1).gemm2;
+  auto rng = make_rng(seed);
+  const int64_t T_batch = 300, H = p.hidden_size, E = p.num_experts();
+  for (int64_t T : {int64_t(1), int64_t(6), int64_t(40), int64_t(150), T_batch}) {
+    // T=150: every token on the same experts, 150 rows each: the BN128 configs run a full tile and
+    // a 22-row tail in the BN32 tail launch (its range totals in the slots the main launch used).
+    const bool same_experts = T == 150;
+    auto hidden = testing::random_hidden(rng, T, H);
+    auto logits = testing::random_logits(rng, T, E);
+    std::vector<int32_t> ids(size_t(T) * p.top_k());
+    std::vector<float> w(ids.size());
+    for (int64_t t = 0; t < T; ++t)
+      for (int k = 0; k < p.top_k(); ++k) {
+        ids[t * p.top_k() + k] = (3 * k + 1) % int(E);
+        w[t * p.top_k() + k] = 0.4f + 0.1f * k;
       }
+    const std::string what = what0 + " T=" + std::to_string(T) + (same_experts ? " same experts" : "");
+    const std::vector<int32_t>* id_arg = same_experts ? &ids : nullptr;
+    const std::vector<float>* w_arg = same_experts ? &w : nullptr;
+    ASSERT_OK(layer->force_sm90_config(""));
+    GpuRun base, off;
+    run_forward(*layer, hidden, logits, T, &base, id_arg, w_arg);
+    ASSERT_FALSE(HasFatalFailure());
+    double norm = 0;
+    for (uint16_t v : base.out) norm += std::fabs(double(bf16_to_float(v)));
+    ASSERT_GT(norm, 0.0) << what << ": all zero";
+    if (T == 1 || T == 40) expect_matches_reference(p, hw, {}, hidden, base, T, what + " default");
+    run_forward(*unsplit, hidden, logits, T, &off, id_arg, w_arg);
+    EXPECT_EQ(std::memcmp(off.out.data(), base.out.data(), base.out.size() * 2), 0)
+        << what << ": range_split off (" << unsplit->kernel_info(T).gemm2 << ") against on ("
+        << layer->kernel_info(T).gemm2 << ")";
+    for (MoeLayer* l : {layer.get(), unsplit.get()}) {
+      for (const std::string& name : MoeLayer::sm90_config_names()) {
+        ASSERT_OK(l->force_sm90_config(name));
+        GpuRun run;
+        run_forward(*l, hidden, logits, T, &run, id_arg, w_arg);
+        EXPECT_EQ(std::memcmp(run.out.data(), base.out.data(), run.out.size() * 2), 0)
+            << what << " " << l->kernel_info(T).gemm2;
+      }
+      ASSERT_OK(l->force_sm90_config(""));
     }
+    if (T != T_batch) continue;
+    // The batch's first tokens alone, with a few more, and with the batch's routing given.
+    expect_first_tokens_match_the_batch(*layer, hidden, logits, base, T, {1, 9}, what);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Layers, Gemm2OverKRangesTest,
+                         ::testing::Combine(::testing::ValuesIn(kRangeLayers),
+                                            ::testing::Values(Mode::kW4A16, Mode::kW4A4)),
+                         [](const auto& info) {
+                           std::string n = std::string(std::get<0>(info.param).preset) + "_I" +
+                                           std::to_string(std::get<0>(info.param).inter) + "_" +
+                                           to_string(std::get<1>(info.param));
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
 
 // Split-K with ranges of unequal, odd chunk counts (DeepSeek-R1/8: GEMM1's 14 chunks in ranges of
 // 4, 5, 5) on expert-parallel shards (local expert ids offset by expert_begin).

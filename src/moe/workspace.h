@@ -113,8 +113,10 @@ struct WorkspaceLayout {
 #if FP4MOE_TRACE
   size_t trace = 0;          // u64 [kTraceKernels][kTraceWords] (src/common/trace.h; trace builds only)
 #endif
-  // GEMM2 over canonical K ranges (gemm2_has_ranges; else empty): fp32 [2][range_ctas]
-  // [kRangeSlotFloats], each CTA's running totals, the main launch's CTAs then the tail launch's.
+  // GEMM2 over canonical K ranges (gemm2_has_ranges; else empty): fp32 [range_ctas]
+  // [kRangeSlotFloats], each CTA's running totals. The main launch and its tail launch share them:
+  // the tail launch's CTAs wait for the main launch to complete before any work (griddepcontrol.wait
+  // in moe_gemm_sm90_kernel; until session 26 each launch had its own, 17 MB more at 132 SMs).
   // (Last, so that the regions before it do not move with range_ctas.)
   size_t range_total = 0;
   int range_ctas = 0;  // the most CTAs of one GEMM2 launch that have a slot
@@ -160,7 +162,7 @@ struct WorkspaceLayout {
     w.trace = take(kTraceBytes);
 #endif
     w.range_ctas = ranges ? gemm_ctas : 0;
-    w.range_total = take(4 * 2 * size_t(w.range_ctas) * kRangeSlotFloats);
+    w.range_total = take(4 * size_t(w.range_ctas) * kRangeSlotFloats);
     w.total = off;
     return w;
   }

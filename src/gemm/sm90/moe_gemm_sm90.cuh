@@ -528,9 +528,8 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
     static_assert(T::kConsumers * 128 * kAcc <= kRangeSlotFloats, "K ranges: slot too small");
     static_assert(kAcc % 4 == 0, "K ranges: 16-byte pieces");
     if (x.ranges > 1) {
-      float* const total = p.ws.range_total +
-                           (int64_t(p.tail_of > 0 ? p.layout.range_ctas : 0) + blockIdx.x) * kRangeSlotFloats +
-                           (x.c * 128 + x.tid) * 4;
+      // (A tail launch reuses the main launch's slots: it starts its tiles after that one completed.)
+      float* const total = p.ws.range_total + int64_t(blockIdx.x) * kRangeSlotFloats + (x.c * 128 + x.tid) * 4;
       constexpr int kStride = T::kConsumers * 128 * 4;
       if (x.range == 0) {
 #pragma unroll
@@ -810,9 +809,9 @@ __device__ __forceinline__ void count_gemm1_units(int32_t* tile_done, FastDiv di
 }
 
 // The dynamically scheduled kernels (Sm90Traits::kTileHandoff): the producer warpgroup's thread 32
-// takes the CTA's work units after its first (blockIdx.x) from the GEMM's ws.next_unit, one ahead of the producer: it puts
-// each in `slot` and completes a phase of `ready`, and waits for the producer's arrival on `taken`
-// before the next; a unit past the last ends both. (An atomic in the producer thread itself waited
+// takes the CTA's work units after its first (blockIdx.x) from the GEMM's ws.next_unit, one ahead
+// of the producer: it puts each in `slot` and completes a phase of `ready`, and waits for the
+// producer's arrival on `taken` before the next; a unit past the last ends both. (An atomic in the producer thread itself waited
 // for its round trip at once: ptxas makes a single thread's atomic add the warp-aggregated form,
 // whose shuffle needs the result.) Only where blockIdx.x < num_work: the producer then takes every
 // unit up to the first past the last, so that none is taken and left.
