@@ -899,6 +899,80 @@ TEST(MoeGpu, GemmOverlapGivesTheSameBitsAlsoBackToBack) {
   check_gemm_overlap(true);
 }
 
+// The prefill tiles (48 tokens or more) take their work units dynamically, from the workspace's
+// counters (next_unit: GEMM2's, GEMM1's), which each forward's plan zeroes: forwards of varying T
+// back to back on one non-blocking stream and one workspace, without a sync in between, each
+// against its own single-forward bits. Qwen3-30B/4 (128 experts, top-8): T = 2048 / 900 / 600 / 8
+// run BN128 with BN32 tails, BN80, BN48 and the decode tiles (128, 57, 38 and 1 rows per expert).
+TEST(MoeGpu, PrefillTilesBackToBackGiveTheBitsOfSingleForwards) {
+  FP4MOE_REQUIRE_GPU();
+  MoeProblem full;
+  ASSERT_OK(get_preset("qwen3-30b-a3b", &full));
+  MoeProblem p = scaled_preset(full, 4);
+  p.max_tokens = 2048;
+  const uint64_t seed = testing::test_seed() + 61;
+  LayerOptions opt;
+  opt.path = KernelPath::kSm90;
+  std::unique_ptr<MoeLayer> layer;
+  Status st = MoeLayer::create_dummy(p, seed, opt, &layer);
+  if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.to_string();
+  ASSERT_OK(st);
+  auto rng = make_rng(seed);
+  constexpr int kSizes = 4;
+  const int64_t Ts[kSizes] = {2048, 900, 600, 8};
+  std::vector<uint16_t> hidden[kSizes], single[kSizes];
+  std::vector<float> logits[kSizes];
+  for (int i = 0; i < kSizes; ++i) {
+    const int64_t T = Ts[i];
+    const std::string gemm1 = layer->kernel_info(T).gemm1, gemm2 = layer->kernel_info(T).gemm2;
+    if (T > 8) {
+      EXPECT_NE(gemm1.find("dynamic units"), std::string::npos) << "T=" << T << ": " << gemm1;
+    }
+    EXPECT_NE(gemm2.find("dynamic units"), std::string::npos) << "T=" << T << ": " << gemm2;
+    hidden[i] = testing::random_hidden(rng, T, p.hidden_size);
+    logits[i] = testing::random_logits(rng, T, p.num_experts());
+    GpuRun run;
+    run_forward(*layer, hidden[i], logits[i], T, &run);
+    ASSERT_FALSE(HasFatalFailure());
+    double norm = 0;
+    for (uint16_t v : run.out) norm += std::fabs(double(bf16_to_float(v)));
+    ASSERT_GT(norm, 0.0) << "T=" << T << ": all zero";
+    single[i] = run.out;
+  }
+  EXPECT_NE(layer->kernel_info(2048).gemm1.find(", tail BN32"), std::string::npos) << layer->kernel_info(2048).gemm1;
+  constexpr int kForwards = 16;
+  DeviceBuffer<char> ws(layer->workspace_bytes());
+  std::vector<std::unique_ptr<DeviceBuffer<uint16_t>>> dh, douts;
+  std::vector<std::unique_ptr<DeviceBuffer<float>>> dl;
+  for (int i = 0; i < kSizes; ++i) {
+    dh.push_back(std::make_unique<DeviceBuffer<uint16_t>>(hidden[i]));
+    dl.push_back(std::make_unique<DeviceBuffer<float>>(logits[i]));
+  }
+  for (int f = 0; f < kForwards; ++f) {
+    douts.push_back(std::make_unique<DeviceBuffer<uint16_t>>(size_t(Ts[f % kSizes] * p.hidden_size)));
+    CUDA_ASSERT(cudaMemset(douts.back()->get(), 0xff, size_t(Ts[f % kSizes] * p.hidden_size) * 2));  // poisoned
+  }
+  cudaStream_t stream;
+  CUDA_ASSERT(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (int f = 0; f < kForwards; ++f) {
+    ForwardArgs a;
+    a.hidden = dh[f % kSizes]->get();
+    a.router_logits = dl[f % kSizes]->get();
+    a.num_tokens = Ts[f % kSizes];
+    a.out = douts[size_t(f)]->get();
+    ASSERT_OK(layer->forward(a, ws.get(), ws.size(), stream));
+  }
+  CUDA_ASSERT(cudaStreamSynchronize(stream));
+  CUDA_ASSERT(cudaStreamDestroy(stream));
+  ASSERT_OK(layer->check_device_errors(ws.get(), nullptr));
+  for (int f = 0; f < kForwards; ++f) {
+    std::vector<uint16_t> out = douts[size_t(f)]->download();
+    out.resize(single[f % kSizes].size());
+    EXPECT_EQ(std::memcmp(out.data(), single[f % kSizes].data(), out.size() * 2), 0)
+        << "back-to-back forward " << f << " (T=" << Ts[f % kSizes] << ")";
+  }
+}
+
 // The routing plan on both of its paths (one CTA below kPlanMultiMinPairs routed pairs, kPlanCtas CTAs
 // in three launches from there) against a host plan: per-expert counts, segment starts, token-tile and
 // tail-tile prefixes and the bad-id count exactly; every local pair a distinct row inside its

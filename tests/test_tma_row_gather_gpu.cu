@@ -35,6 +35,11 @@ __global__ void gather_rows_kernel(const __grid_constant__ CUtensorMap map, cons
                                    uint8_t* out) {
   __shared__ alignas(1024) uint8_t tiles[kMaxChunks * kChunkBytes];
   __shared__ alignas(8) uint64_t bar;
+  // The tiles poisoned first (what the copies do not write stays 0xff), the generic-proxy stores
+  // ordered before the async proxy's writes.
+  for (int b = threadIdx.x; b < chunks * kChunkBytes; b += blockDim.x) tiles[b] = 0xff;
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  __syncthreads();
   if (threadIdx.x == 0) {
     if (smem_addr(tiles) % 1024 != 0) __trap();  // (the swizzle atoms must be aligned)
     mbar_init(&bar, 1);
@@ -87,7 +92,7 @@ TEST(TmaRowGather, OneRowBoxesLandInTheTokenTilesSwizzle) {
   ASSERT_EQ(cudaMalloc(&d_out, size_t(kChunks) * kChunkBytes), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(d_x, x.data(), x.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(d_ids, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-  ASSERT_EQ(cudaMemset(d_out, 0xff, size_t(kChunks) * kChunkBytes), cudaSuccess);  // poisoned
+  ASSERT_EQ(cudaMemset(d_out, 0xff, size_t(kChunks) * kChunkBytes), cudaSuccess);  // (and the tiles in the kernel)
 
   CUtensorMap map;
   const cuuint64_t dims[2] = {cuuint64_t(kH), cuuint64_t(kRows)};

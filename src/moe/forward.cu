@@ -240,12 +240,12 @@ KernelInfo MoeLayer::kernel_info(int64_t num_tokens) const {
     // (the tail launches run only where an expert can hold more than one tile of rows)
     const auto tail = num_tokens * impl_->problem.top_k() > c1.tile_tokens ? impl_->tail_config(c1) : std::nullopt;
     const std::string tail_name = tail ? ", tail " + tail->name() : std::string();
-    k.gemm1 = "sm90_moe_gemm1_wgmma_rs(" + c1.name() + split(c1, true) + tail_name +
-              (impl_->direct_gemm1(num_tokens, c1) ? ", direct with precomputed routing" : "") + dynamic(c1, true) +
-              ")";
+    // (the dynamic units before the tail's name: they are the main launch's, the tail kernels' schedule is static)
+    k.gemm1 = "sm90_moe_gemm1_wgmma_rs(" + c1.name() + split(c1, true) + dynamic(c1, true) + tail_name +
+              (impl_->direct_gemm1(num_tokens, c1) ? ", direct with precomputed routing" : "") + ")";
     const bool overlap = impl_->gemm_overlap(num_tokens, c1);
-    k.gemm2 = "sm90_moe_gemm2_wgmma_rs(" + c2.name() + split(c2, false) + tail_name +
-              (overlap ? ", overlaps GEMM1" : "") + dynamic(c2, false) + ")";
+    k.gemm2 = "sm90_moe_gemm2_wgmma_rs(" + c2.name() + split(c2, false) + dynamic(c2, false) + tail_name +
+              (overlap ? ", overlaps GEMM1" : "") + ")";
     k.regime = c1.regime;
     if (c2.name() != c1.name()) k.regime += std::string("; GEMM2 ") + c2.regime;
     return k;

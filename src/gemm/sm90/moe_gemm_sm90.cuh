@@ -208,14 +208,17 @@ struct Sm90Traits {
   // cost the K loop 6 SASS instructions per four chunks (and in session 20's 4-consumer BN128 a
   // spill inside the K loop).
   static constexpr bool kTileHandoff = takes_dynamic_units(kBN, kGemm1);
+  // A GEMM's main launch and its tail launch would share its unit counter, zeroed once a forward by
+  // the plan: the tail kernels must keep a static schedule.
+  static_assert(!(kRunsTails && kTileHandoff), "a tail-launch config must not take dynamic units");
   static constexpr int kOffTileInfo =
       kOffTileStart + ((kSharedTileTables ? 3 : 1) * (kMaxLocalExperts + 1) * 4 + 15) / 16 * 16;
   static constexpr int kOffBars = kOffTileInfo + (kTileHandoff ? kStages * 16 : 0);
   // full[kStages], empty[kStages], then one sink barrier that takes the releases of "no previous
   // stage" (a tile's first stage), so that the K loop releases unconditionally; nobody waits on it.
-  // Then two for GEMM1's overlap count (count_gemm1_units) or the decode GEMM2's unit hand-off
+  // Then two for GEMM1's overlap count (count_gemm1_units) or the dynamic kernels' unit hand-off
   // (schedule_units), allotted in every kernel (16 bytes).
-  // The decode GEMM2's next work unit (schedule_units), a word after the barriers.
+  // The dynamic kernels' next work unit (schedule_units), a word after the barriers.
   static constexpr int kOffNextUnit = kOffBars + (2 * kStages + 3) * 8;
   static constexpr int kSmemBytes = kOffNextUnit + (kTileHandoff ? 8 : 0) + 1024;  // + alignment slack
 
@@ -811,9 +814,9 @@ __device__ __forceinline__ void count_gemm1_units(int32_t* tile_done, FastDiv di
 // The dynamically scheduled kernels (Sm90Traits::kTileHandoff): the producer warpgroup's thread 32
 // takes the CTA's work units after its first (blockIdx.x) from the GEMM's ws.next_unit, one ahead
 // of the producer: it puts each in `slot` and completes a phase of `ready`, and waits for the
-// producer's arrival on `taken` before the next; a unit past the last ends both. (An atomic in the producer thread itself waited
-// for its round trip at once: ptxas makes a single thread's atomic add the warp-aggregated form,
-// whose shuffle needs the result.) Only where blockIdx.x < num_work: the producer then takes every
+// producer's arrival on `taken` before the next; a unit past the last ends both. (An atomic in the
+// producer thread itself waited for its round trip at once: ptxas makes a single thread's atomic
+// add the warp-aggregated form, whose shuffle needs the result.) Only where blockIdx.x < num_work: the producer then takes every
 // unit up to the first past the last, so that none is taken and left.
 __device__ __forceinline__ void schedule_units(int32_t* next, uint32_t* slot, uint64_t* ready, uint64_t* taken,
                                                uint32_t num_work) {
@@ -849,8 +852,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + T::kOffBars);
   uint64_t* empty = full + T::kStages;
-  // GEMM1 with the overlap (count_gemm1_units): after the sink, `counted` and `free`. The decode
-  // GEMM2's (schedule_units): `ready` and `taken` in their place.
+  // GEMM1 with the overlap (count_gemm1_units): after the sink, `counted` and `free`. The dynamic
+  // kernels' (schedule_units): `ready` and `taken` in their place.
   uint64_t* const counted = empty + T::kStages + 1;
   uint64_t* const count_free = counted + 1;
   int32_t* tile_start = reinterpret_cast<int32_t*>(smem + T::kOffTileStart);
