@@ -6,7 +6,8 @@
 # docs/perf-notes.md, the plan), and bench/gather_probe.cu times three ways of gathering rows. Run
 # those probes, the GPU tests, racecheck of one K-ranges instance
 # (the whole test did not finish in 330 s), memcheck of the tail-launch ranges (T=150 of every
-# instance runs a BN128 tile and its BN32 tail over ranges).
+# instance runs a BN128 tile and its BN32 tail over ranges) and of the new back-to-back test of the
+# prefill tiles' dynamic units.
 # Stage from main: FP4MOE_STAGE_PYTHON=0 scripts/stage-gpu.sh
 source scripts/gpu-lib.sh
 gpu_init
@@ -15,5 +16,6 @@ s=$SECONDS; timeout 60 gpubin/bin/fp4moe-gather-probe > "$out/gather_probe.txt" 
 _gpu_step "fp4moe-gather-probe" $? $((SECONDS - s)); cat "$out/gather_probe.txt" >> "$log"
 gpu_tests 150
 GPU_SANITIZE_FILTER='*Gemm2OverKRanges*/mixtral_8x7b_I16832_w4a16' gpu_sanitize racecheck 300
-GPU_SANITIZE_FILTER='*Gemm2OverKRanges*/llama4_scout_I8192_w4a16:*TailTiles*' gpu_sanitize memcheck 150
+GPU_SANITIZE_FILTER='*Gemm2OverKRanges*/llama4_scout_I8192_w4a16:*TailTiles*:*PrefillTilesBackToBack*' \
+  gpu_sanitize memcheck 200
 gpu_pack all
