@@ -816,8 +816,8 @@ __device__ __forceinline__ void count_gemm1_units(int32_t* tile_done, FastDiv di
 // of the producer: it puts each in `slot` and completes a phase of `ready`, and waits for the
 // producer's arrival on `taken` before the next; a unit past the last ends both. (An atomic in the
 // producer thread itself waited for its round trip at once: ptxas makes a single thread's atomic
-// add the warp-aggregated form, whose shuffle needs the result.) Only where blockIdx.x < num_work: the producer then takes every
-// unit up to the first past the last, so that none is taken and left.
+// add the warp-aggregated form, whose shuffle needs the result.) Only where blockIdx.x < num_work:
+// the producer then takes every unit up to the first past the last, so that none is taken and left.
 __device__ __forceinline__ void schedule_units(int32_t* next, uint32_t* slot, uint64_t* ready, uint64_t* taken,
                                                uint32_t num_work) {
   for (uint32_t phase = 0;; phase ^= 1) {
