@@ -1,6 +1,9 @@
 // Helpers for MoE-level tests: inputs, the host reference on GPU routing, error table.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <random>
 #include <vector>
 
@@ -30,6 +33,14 @@ inline std::vector<float> random_logits(std::mt19937_64& rng, int64_t T, int E) 
   std::vector<float> v(size_t(T) * E);
   for (auto& x : v) x = d(rng);
   return v;
+}
+
+// The sum of |x| over the first n bf16 values of v (all of them by default): the non-zero-norm check.
+inline double abs_sum_bf16(const std::vector<uint16_t>& v, size_t n = SIZE_MAX) {
+  const size_t end = std::min(n, v.size());
+  double s = 0;
+  for (size_t i = 0; i < end; ++i) s += std::fabs(double(bf16_to_float(v[i])));
+  return s;
 }
 
 inline std::vector<float> bf16_to_floats(const std::vector<uint16_t>& v) {

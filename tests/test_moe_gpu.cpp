@@ -492,9 +492,8 @@ TEST(MoeGpu, OutputBitsDoNotDependOnTheBatch) {
     GpuRun batch;
     run_forward(*layer, hidden, logits, T, &batch);
     ASSERT_FALSE(HasFatalFailure());
-    double norm = 0;
-    for (int64_t i = 0; i < 9 * H; ++i) norm += std::fabs(double(bf16_to_float(batch.out[size_t(i)])));
-    ASSERT_GT(norm, 0.0) << to_string(mode) << ": the batch's first rows are all zero";
+    ASSERT_GT(testing::abs_sum_bf16(batch.out, size_t(9 * H)), 0.0)
+        << to_string(mode) << ": the batch's first rows are all zero";
     expect_first_tokens_match_the_batch(*layer, hidden, logits, batch, T, {1, 9, 17}, to_string(mode));
   }
 }
@@ -934,9 +933,7 @@ TEST(MoeGpu, PrefillTilesBackToBackGiveTheBitsOfSingleForwards) {
     GpuRun run;
     run_forward(*layer, hidden[i], logits[i], T, &run);
     ASSERT_FALSE(HasFatalFailure());
-    double norm = 0;
-    for (uint16_t v : run.out) norm += std::fabs(double(bf16_to_float(v)));
-    ASSERT_GT(norm, 0.0) << "T=" << T << ": all zero";
+    ASSERT_GT(testing::abs_sum_bf16(run.out), 0.0) << "T=" << T << ": all zero";
     single[i] = run.out;
   }
   EXPECT_NE(layer->kernel_info(2048).gemm1.find(", tail BN32"), std::string::npos) << layer->kernel_info(2048).gemm1;
@@ -1235,9 +1232,7 @@ TEST_P(Gemm2OverKRangesTest, GivesTheSameBitsSplitOrNotInEveryConfigAndBatch) {
     GpuRun base, off;
     run_forward(*layer, hidden, logits, T, &base, id_arg, w_arg);
     ASSERT_FALSE(HasFatalFailure());
-    double norm = 0;
-    for (uint16_t v : base.out) norm += std::fabs(double(bf16_to_float(v)));
-    ASSERT_GT(norm, 0.0) << what << ": all zero";
+    ASSERT_GT(testing::abs_sum_bf16(base.out), 0.0) << what << ": all zero";
     if (T == 1 || T == 40) expect_matches_reference(p, hw, {}, hidden, base, T, what + " default");
     run_forward(*unsplit, hidden, logits, T, &off, id_arg, w_arg);
     EXPECT_EQ(std::memcmp(off.out.data(), base.out.data(), base.out.size() * 2), 0)
