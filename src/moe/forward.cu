@@ -246,6 +246,11 @@ KernelInfo MoeLayer::kernel_info(int64_t num_tokens) const {
     const bool overlap = impl_->gemm_overlap(num_tokens, c1);
     k.gemm2 = "sm90_moe_gemm2_wgmma_rs(" + c2.name() + split(c2, false) + dynamic(c2, false) + tail_name +
               (overlap ? ", overlaps GEMM1" : "") + ")";
+    if (const int b = sm90::bound_experiment(); b != 0) {
+      const std::string what = " [bound experiment " + std::to_string(b) + ": timing only, wrong results]";
+      k.gemm1 += what;
+      k.gemm2 += what;
+    }
     k.regime = c1.regime;
     if (c2.name() != c1.name()) k.regime += std::string("; GEMM2 ") + c2.regime;
     return k;

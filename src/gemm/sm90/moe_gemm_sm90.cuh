@@ -28,6 +28,15 @@
 #include "src/common/pdl.h"
 #include "src/routing/det_math.h"
 
+// Bound experiments (CMakeLists.txt's FP4MOE_BOUND_EXPERIMENT; timing only, the results are wrong): the
+// producer of every non-direct kernel copies less than the MMAs read, which then read what the stage
+// held before. 1: the first half of each chunk's token rows (the bytes a 2-CTA cluster's multicast
+// would leave each SM's copies); 2: the token rows at a unit's first stage only; 3: the weights at a
+// unit's first stage only.
+#ifndef FP4MOE_BOUND_EXPERIMENT
+#define FP4MOE_BOUND_EXPERIMENT 0
+#endif
+
 namespace fp4moe::sm90 {
 
 namespace gmma = cute::SM90::GMMA;
@@ -1040,17 +1049,28 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
       FP4MOE_TRACE_ONLY(if (tc.rows >= 0) trace_producer_setup += (unsigned long long)(clock64() - setup_from);)
       const int mb = int(t - uint32_t(token_tile) * uint32_t(m_blocks));
       const int valid_units = min(T::kConsumers, m_units - mb * T::kConsumers);
+#if FP4MOE_BOUND_EXPERIMENT == 1
+      const uint32_t b_bytes =
+          kDirect ? uint32_t(tc.rows) * 128 : uint32_t(max(8, tile_mma_rows<T>(tc.rows) / 2 / 8 * 8)) * 128;
+#else
       const uint32_t b_bytes = kDirect ? uint32_t(tc.rows) * 128 : uint32_t(tile_mma_rows<T>(tc.rows)) * 128;
+#endif
       const uint32_t w_bytes = valid_units * layout::kUnitBytes;
       for (int64_t ku = k0; ku < k1; ku += T::kChunks) {
         const int n = k1 - ku < T::kChunks ? int(k1 - ku) : T::kChunks;  // chunks in this stage
+#if FP4MOE_BOUND_EXPERIMENT == 2 || FP4MOE_BOUND_EXPERIMENT == 3
+        const bool copy_b = kDirect || FP4MOE_BOUND_EXPERIMENT != 2 || ku == k0;
+        const bool copy_w = kDirect || FP4MOE_BOUND_EXPERIMENT != 3 || ku == k0;
+#else
+        constexpr bool copy_b = true, copy_w = true;
+#endif
         FP4MOE_TRACE_ONLY(const long long wait_from = clock64();)
         mbar_wait(&empty[ps.stage], ps.phase ^ 1);
         FP4MOE_TRACE_ONLY(const long long issue_from = clock64();
                           trace_producer_wait += (unsigned long long)(issue_from - wait_from);)
         if (T::kTileHandoff && ku == k0)
           tile_info[ps.stage] = make_int4(tc.expert, tc.row0, tc.rows, int32_t(w));
-        mbar_arrive_expect_tx(&full[ps.stage], uint32_t(n) * (b_bytes + w_bytes));
+        mbar_arrive_expect_tx(&full[ps.stage], uint32_t(n) * ((copy_b ? b_bytes : 0) + (copy_w ? w_bytes : 0)));
         const int slot0 = ps.stage * T::kChunks;
         if constexpr (kDirect) {
           // The token's row of each chunk, straight from the hidden states: row 0's 128-byte swizzle is
@@ -1064,7 +1084,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
               bulk_g2s(dst + (i / 8) * 128 + ((i ^ (i / 8)) % 8) * 16, src + (i % 8) * 16, 16, &full[ps.stage],
                        pol_act);
           }
-        } else {
+        } else if (copy_b) {
           for (int c = 0; c < n; ++c)
             bulk_g2s(smem + T::kOffB + (slot0 + c) * T::kBTileBytes,
                      act + ((ku + c) * p.layout.rows_cap + tc.row0) * 128, b_bytes, &full[ps.stage], pol_act);
@@ -1073,7 +1093,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
         // of the stage's chunks too when the m-block is a whole unit group (then one copy for all: the
         // chunks' offsets differ by a fixed stride, so two adjacent chunks mean all are).
         const uint8_t* w0 = weights + g.unit_offset(tc.expert, mb * T::kConsumers, ku);
-        if (n >= 2 && valid_units == T::kConsumers &&
+        if (!copy_w) {
+        } else if (n >= 2 && valid_units == T::kConsumers &&
             weights + g.unit_offset(tc.expert, mb * T::kConsumers, ku + 1) == w0 + w_bytes) {
           bulk_g2s(smem + T::kOffW + slot0 * T::kWeightStageBytes, w0, uint32_t(n) * w_bytes, &full[ps.stage],
                    pol_weights);

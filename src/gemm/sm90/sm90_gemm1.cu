@@ -6,4 +6,6 @@ Status launch_gemm1(const MoeGemmParams& p, const Sm90Config& cfg, int num_sms, 
   return dispatch<true>(p, cfg, num_sms, stream);
 }
 
+int bound_experiment() { return FP4MOE_BOUND_EXPERIMENT; }
+
 }  // namespace fp4moe::sm90
