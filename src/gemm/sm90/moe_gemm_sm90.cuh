@@ -556,8 +556,29 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
           red_add_f32x4(total + (i / 4) * kStride, acc[i], acc[i + 1], acc[i + 2], acc[i + 3]);
         return;
       }
+      if constexpr (T::kBN >= 80) {
+        // The wide tiles load the total in 16-byte pieces, four at a time (a quarter of the loads);
+        // the narrow ones spilled with float4 loads (the ranged BN48 did). The adds are the same.
 #pragma unroll
-      for (int i = 0; i < kAcc; ++i) acc[i] = add_rn_ftz(__ldcg(total + (i / 4) * kStride + i % 4), acc[i]);
+        for (int b = 0; b < kAcc; b += 16) {
+          float4 v[4];
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+            if (b + 4 * j < kAcc) v[j] = __ldcg(reinterpret_cast<const float4*>(total + ((b + 4 * j) / 4) * kStride));
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            if (b + 4 * j < kAcc) {
+              acc[b + 4 * j] = add_rn_ftz(v[j].x, acc[b + 4 * j]);
+              acc[b + 4 * j + 1] = add_rn_ftz(v[j].y, acc[b + 4 * j + 1]);
+              acc[b + 4 * j + 2] = add_rn_ftz(v[j].z, acc[b + 4 * j + 2]);
+              acc[b + 4 * j + 3] = add_rn_ftz(v[j].w, acc[b + 4 * j + 3]);
+            }
+          }
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) acc[i] = add_rn_ftz(__ldcg(total + (i / 4) * kStride + i % 4), acc[i]);
+      }
     }
   }
 
