@@ -15,8 +15,9 @@
 #   gpubin/trace/fp4moe-bench with FP4MOE_STAGE_TRACE=1 only: the working tree built with
 #                           -DFP4MOE_TRACE=ON (in build-trace/), for `fp4moe-bench --trace`'s kernel
 #                           timeline; its times are not for comparison (tracing adds barriers and atomics)
-#   gpubin/boundN/fp4moe-bench with FP4MOE_STAGE_BOUND="N ..." only: the working tree built with
-#                           -DFP4MOE_BOUND_EXPERIMENT=N (in build-boundN/; timing only, wrong results)
+#   gpubin/NAME/fp4moe-bench  with FP4MOE_STAGE_VARIANTS="NAME=-DOPTION=VALUE ..." only: the working
+#                           tree built with one more CMake option (in build-NAME/), e.g. the bound
+#                           experiments (-DFP4MOE_BOUND_EXPERIMENT=N: timing only, wrong results)
 #   gpubin/NAME/fp4moe-bench  with FP4MOE_STAGE_TRACE_MORE="NAME=REV ..." only: trace builds at other
 #                           commits (e.g. main's timeline next to a branch's)
 # Every build but bin/ is stored as NAME/fp4moe-bench.gz; the GPU scripts unpack it next to itself
@@ -73,16 +74,18 @@ if [ "${FP4MOE_STAGE_TRACE:-0}" = 1 ]; then
   strip --strip-debug "$stage/trace/fp4moe-bench" 2>/dev/null || true
   builds+=("trace=")
 fi
-# FP4MOE_STAGE_BOUND="1 2 ...": fp4moe-bench built with -DFP4MOE_BOUND_EXPERIMENT=N (CMakeLists.txt;
-# timing only, wrong results) in build-boundN/, as gpubin/boundN/fp4moe-bench
-for n in ${FP4MOE_STAGE_BOUND:-}; do
-  cmake -S "$root" -B "$root/build-bound$n" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFP4MOE_BOUND_EXPERIMENT="$n" \
+# FP4MOE_STAGE_VARIANTS="NAME=-DOPTION=VALUE ...": fp4moe-bench built from the working tree with one more
+# CMake option (e.g. bound3=-DFP4MOE_BOUND_EXPERIMENT=3, pf8=-DFP4MOE_L2_PREFETCH_CHUNKS=8) in
+# build-NAME/, as gpubin/NAME/fp4moe-bench
+for spec in ${FP4MOE_STAGE_VARIANTS:-}; do
+  name=${spec%%=*}
+  cmake -S "$root" -B "$root/build-$name" -G Ninja -DCMAKE_BUILD_TYPE=Release "${spec#*=}" \
     -DFP4MOE_BUILD_TESTS=OFF >/dev/null
-  cmake --build "$root/build-bound$n" -j "${FP4MOE_JOBS:-$(nproc)}" --target fp4moe-bench
-  mkdir -p "$stage/bound$n"
-  cp "$root/build-bound$n/fp4moe-bench" "$stage/bound$n/"
-  strip --strip-debug "$stage/bound$n/fp4moe-bench" 2>/dev/null || true
-  builds+=("bound$n=")
+  cmake --build "$root/build-$name" -j "${FP4MOE_JOBS:-$(nproc)}" --target fp4moe-bench
+  mkdir -p "$stage/$name"
+  cp "$root/build-$name/fp4moe-bench" "$stage/$name/"
+  strip --strip-debug "$stage/$name/fp4moe-bench" 2>/dev/null || true
+  builds+=("$name=")
 done
 mkdir -p "$stage/bin"
 # (test_api opens the stub NVML beside itself: tests/test_gpu_clocks.cpp)

@@ -32,9 +32,16 @@
 // producer of every non-direct kernel copies less than the MMAs read, which then read what the stage
 // held before. 1: the first half of each chunk's token rows (the bytes a 2-CTA cluster's multicast
 // would leave each SM's copies); 2: the token rows at a unit's first stage only; 3: the weights at a
-// unit's first stage only.
+// unit's first stage only; 4: the weights of every stage from one place (expert 0's first units,
+// chunk ku % 8), so that they come from L2, never from DRAM.
 #ifndef FP4MOE_BOUND_EXPERIMENT
 #define FP4MOE_BOUND_EXPERIMENT 0
+#endif
+// The producer's L2 prefetch of the weights (CMakeLists.txt's FP4MOE_L2_PREFETCH_CHUNKS): with each
+// stage's copies, a bulk prefetch of the weights this many K chunks further on in the same unit; 0:
+// none.
+#ifndef FP4MOE_L2_PREFETCH_CHUNKS
+#define FP4MOE_L2_PREFETCH_CHUNKS 0
 #endif
 
 namespace fp4moe::sm90 {
@@ -1113,17 +1120,27 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
         // The tile's units of one K chunk are contiguous (unit groups, weight_layout.h): one copy; those
         // of the stage's chunks too when the m-block is a whole unit group (then one copy for all: the
         // chunks' offsets differ by a fixed stride, so two adjacent chunks mean all are).
-        const uint8_t* w0 = weights + g.unit_offset(tc.expert, mb * T::kConsumers, ku);
+#if FP4MOE_BOUND_EXPERIMENT == 4
+        auto w_at = [&](int64_t kc) { return weights + g.unit_offset(0, 0, kc & 7); };
+#else
+        auto w_at = [&](int64_t kc) { return weights + g.unit_offset(tc.expert, mb * T::kConsumers, kc); };
+#endif
+        const uint8_t* w0 = w_at(ku);
         if (!copy_w) {
-        } else if (n >= 2 && valid_units == T::kConsumers &&
-            weights + g.unit_offset(tc.expert, mb * T::kConsumers, ku + 1) == w0 + w_bytes) {
+        } else if (n >= 2 && valid_units == T::kConsumers && w_at(ku + 1) == w0 + w_bytes) {
           bulk_g2s(smem + T::kOffW + slot0 * T::kWeightStageBytes, w0, uint32_t(n) * w_bytes, &full[ps.stage],
                    pol_weights);
         } else {
           for (int c = 0; c < n; ++c)
-            bulk_g2s(smem + T::kOffW + (slot0 + c) * T::kWeightStageBytes,
-                     weights + g.unit_offset(tc.expert, mb * T::kConsumers, ku + c), w_bytes, &full[ps.stage],
+            bulk_g2s(smem + T::kOffW + (slot0 + c) * T::kWeightStageBytes, w_at(ku + c), w_bytes, &full[ps.stage],
                      pol_weights);
+        }
+        if constexpr (FP4MOE_L2_PREFETCH_CHUNKS > 0 && T::kBN >= 48) {
+          // Where the unit's chunks are contiguous (a whole unit group), this stage's chunks
+          // FP4MOE_L2_PREFETCH_CHUNKS further on, as far as the unit goes.
+          const int64_t ahead = k1 - (ku + FP4MOE_L2_PREFETCH_CHUNKS);
+          if (ahead > 0 && valid_units == T::kConsumers && w_at(ku + 1) == w0 + w_bytes)
+            bulk_prefetch_l2(w0 + FP4MOE_L2_PREFETCH_CHUNKS * w_bytes, uint32_t(ahead < n ? ahead : n) * w_bytes);
         }
         FP4MOE_TRACE_ONLY(trace_producer_issue += (unsigned long long)(clock64() - issue_from);)
         ps.advance(T::kStages);
