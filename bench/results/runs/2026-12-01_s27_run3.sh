@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 27 run 3. Stage: FP4MOE_STAGE_PYTHON=0 FP4MOE_STAGE_VARIANTS="bound3=-DFP4MOE_BOUND_EXPERIMENT=3
 #   bound4=-DFP4MOE_BOUND_EXPERIMENT=4 pf4=-DFP4MOE_L2_PREFETCH_CHUNKS=4 pf8=-DFP4MOE_L2_PREFETCH_CHUNKS=8
-#   pf16=-DFP4MOE_L2_PREFETCH_CHUNKS=16" scripts/stage-gpu.sh
+#   pf16=-DFP4MOE_L2_PREFETCH_CHUNKS=16" scripts/stage-gpu.sh  (that option existed at 2065769 only)
 # Run 2 found the weights' copies costing the prefill 12-16% (bound 3: weights once a unit). Which part:
 # bound 4 copies every stage's weights from one L2-resident place (the same requests, no DRAM);
 # pfN prefetches the weights N chunks ahead of the copies into L2 (a candidate fix; it moves the BN80

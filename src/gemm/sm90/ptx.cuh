@@ -122,10 +122,10 @@ __device__ __forceinline__ void bulk_g2s(void* smem_dst, const void* gmem_src, u
       : "memory");
 }
 
-// A bulk prefetch of global memory into L2 (no shared memory, no barrier): the request goes out now
-// and a later bulk copy of the same bytes finds them in L2.
-__device__ __forceinline__ void bulk_prefetch_l2(const void* gmem_src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(gmem_src), "r"(bytes) : "memory");
+// A prefetch of one line of global memory into L2, from the load/store path (no TMA request, no data
+// back to the SM).
+__device__ __forceinline__ void prefetch_l2(const void* gmem) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(gmem) : "memory");
 }
 
 // L2 policies: weights are read once per token tile (evict first), activations by every weight tile.
