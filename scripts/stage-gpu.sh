@@ -75,7 +75,7 @@ if [ "${FP4MOE_STAGE_TRACE:-0}" = 1 ]; then
   builds+=("trace=")
 fi
 # FP4MOE_STAGE_VARIANTS="NAME=-DOPTION=VALUE ...": fp4moe-bench built from the working tree with one more
-# CMake option (e.g. bound3=-DFP4MOE_BOUND_EXPERIMENT=3, pfw16=-DFP4MOE_L2_PREFETCH_WARP=16) in
+# CMake option (e.g. bound3=-DFP4MOE_BOUND_EXPERIMENT=3) in
 # build-NAME/, as gpubin/NAME/fp4moe-bench
 for spec in ${FP4MOE_STAGE_VARIANTS:-}; do
   name=${spec%%=*}

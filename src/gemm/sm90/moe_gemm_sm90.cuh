@@ -37,13 +37,6 @@
 #ifndef FP4MOE_BOUND_EXPERIMENT
 #define FP4MOE_BOUND_EXPERIMENT 0
 #endif
-// The L2 prefetch warp (CMakeLists.txt's FP4MOE_L2_PREFETCH_WARP): in the kernels with a static schedule,
-// the producer warpgroup's warp 2 walks the producer's work units and prefetches each K chunk's weights
-// into L2 (prefetch.global.L2, a request per 128-byte line from the load/store path, not the TMA
-// unit) at most this many chunks ahead of the producer's copies; 0: none.
-#ifndef FP4MOE_L2_PREFETCH_WARP
-#define FP4MOE_L2_PREFETCH_WARP 0
-#endif
 
 namespace fp4moe::sm90 {
 
@@ -237,10 +230,7 @@ struct Sm90Traits {
   // (schedule_units), allotted in every kernel (16 bytes).
   // The dynamic kernels' next work unit (schedule_units), a word after the barriers.
   static constexpr int kOffNextUnit = kOffBars + (2 * kStages + 3) * 8;
-  // (kOffNextUnit: the dynamic kernels' next unit; the static ones' count of chunks copied, for the L2
-  // prefetch warp, FP4MOE_L2_PREFETCH_WARP)
-  static constexpr bool kPrefetchWarp = FP4MOE_L2_PREFETCH_WARP > 0 && !kTileHandoff;
-  static constexpr int kSmemBytes = kOffNextUnit + (kTileHandoff || kPrefetchWarp ? 8 : 0) + 1024;  // + alignment slack
+  static constexpr int kSmemBytes = kOffNextUnit + (kTileHandoff ? 8 : 0) + 1024;  // + alignment slack
 
   // A tile of at most kSmallN tokens runs the K loop of N = kSmallN instead of kBN (0: no second
   // size), which may narrow its wgmma N further (NarrowN).
@@ -1046,31 +1036,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
         return;
       }
     }
-    volatile uint32_t* const chunks_copied = reinterpret_cast<volatile uint32_t*>(smem + T::kOffNextUnit);
-    if constexpr (T::kPrefetchWarp) {
-      if (__shfl_sync(0xffffffffu, tid / 32, 0) == 2) {
-        const uint8_t* weights = T::kGemm1 ? p.w13 : p.w2;
-        uint32_t done = 0;  // chunks prefetched
-        for (uint32_t w = blockIdx.x; w < uint32_t(num_work); w += gridDim.x) {
-          const uint32_t t = tile_of(w);
-          const uint32_t r = w - t * uint32_t(split);
-          const int64_t k0 = unsplit ? 0 : k_begin(r), k1 = unsplit ? k_units : k_begin(r + 1);
-          const int32_t token_tile = int32_t(p.div_m_blocks.div(t));
-          const TileCoord tc = coord_of(token_tile);
-          const int mb = int(t - uint32_t(token_tile) * uint32_t(m_blocks));
-          const uint32_t w_bytes = min(T::kConsumers, m_units - mb * T::kConsumers) * layout::kUnitBytes;
-          for (int64_t ku = k0; ku < k1; ++ku, ++done) {
-            while (*chunks_copied + FP4MOE_L2_PREFETCH_WARP <= done) __nanosleep(64);
-            const uint8_t* src = weights + g.unit_offset(tc.expert, mb * T::kConsumers, ku);
-            for (uint32_t off = (tid % 32) * 128; off < w_bytes; off += 32 * 128) prefetch_l2(src + off);
-          }
-        }
-        return;
-      }
-    }
     if (tid != 0) return;
-    if constexpr (T::kPrefetchWarp) *chunks_copied = 0;
-    uint32_t copied = 0;
     const uint8_t* weights = T::kGemm1 ? p.w13 : p.w2;
     const uint8_t* act = reinterpret_cast<const uint8_t*>(T::kGemm1 ? p.ws.x : p.ws.h);
     const uint64_t pol_weights = policy_evict_first();
@@ -1163,7 +1129,6 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
             bulk_g2s(smem + T::kOffW + (slot0 + c) * T::kWeightStageBytes, w_at(ku + c), w_bytes, &full[ps.stage],
                      pol_weights);
         }
-        if constexpr (T::kPrefetchWarp) *chunks_copied = copied += uint32_t(n);
         FP4MOE_TRACE_ONLY(trace_producer_issue += (unsigned long long)(clock64() - issue_from);)
         ps.advance(T::kStages);
       }

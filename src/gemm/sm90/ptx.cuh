@@ -122,12 +122,6 @@ __device__ __forceinline__ void bulk_g2s(void* smem_dst, const void* gmem_src, u
       : "memory");
 }
 
-// A prefetch of one line of global memory into L2, from the load/store path (no TMA request, no data
-// back to the SM).
-__device__ __forceinline__ void prefetch_l2(const void* gmem) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(gmem) : "memory");
-}
-
 // L2 policies: weights are read once per token tile (evict first), activations by every weight tile.
 __device__ __forceinline__ uint64_t policy_evict_first() {
   uint64_t p;
