@@ -9,7 +9,8 @@
 //
 // How: a host thread reads the SM clock every period_ms (the first read at start()); the power is
 // the board energy counter's difference over the interval divided by its wall time (NVML's power
-// reading itself is a trailing one-second average on these GPUs, longer than most timed loops).
+// reading itself is a trailing one-second average on these GPUs, longer than most timed loops),
+// given only for intervals of at least kMinPowerSeconds (the counter advances in steps).
 // The thread's driver calls may perturb the timed launches slightly: compare with a run without
 // --clocks before reading small differences into its rows.
 #pragma once
@@ -32,8 +33,13 @@ struct ClockStats {
   double power_w = -1;  // mean board power over the interval, from the energy counter
 };
 
+// The shortest interval given a power figure. The energy counter advances in steps: on an H200
+// (session 27, run 8) intervals of ~40-170 ms gave 773-1814 W on a 700 W board. Below this the
+// row says "power n/a" rather than a figure that cannot be right.
+constexpr double kMinPowerSeconds = 1.0;
+
 // mhz: the clock reads; energy_mj: the energy counter's increase over the interval (millijoules);
-// seconds: the interval's wall time (energy_mj < 0 or seconds <= 0: no power figure).
+// seconds: the interval's wall time (energy_mj < 0 or seconds < kMinPowerSeconds: no power figure).
 inline ClockStats clock_stats(const std::vector<unsigned>& mhz, double energy_mj, double seconds) {
   ClockStats s;
   if (!mhz.empty()) {
@@ -44,7 +50,7 @@ inline ClockStats clock_stats(const std::vector<unsigned>& mhz, double energy_mj
     s.sm_mhz_min = *std::min_element(mhz.begin(), mhz.end());
     s.sm_mhz_max = *std::max_element(mhz.begin(), mhz.end());
   }
-  if (energy_mj >= 0 && seconds > 0) s.power_w = energy_mj / 1e3 / seconds;
+  if (energy_mj >= 0 && seconds >= kMinPowerSeconds) s.power_w = energy_mj / 1e3 / seconds;
   return s;
 }
 
