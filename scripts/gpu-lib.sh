@@ -11,12 +11,14 @@
 #   gpu_build_tests a b                        # gpubin/{a,b}/test_moe_gpu (FP4MOE_STAGE_MORE_TESTS=1)
 #   gpu_check gpubin/bin/fp4moe-bench deepseek-r1:1,8,128 qwen3-30b-a3b:8   # --check, each preset
 #   gpu_ab fast gpubin/bin/fp4moe-bench 200 deepseek-r1:1,8,32,128 qwen3-30b-a3b:8
+#   gpu_variants 2 "deepseek-r1:8,2048 qwen3-30b-a3b:8" bin bound3 pf8  # builds in turn, each vs the first
 #   gpu_trace deepseek-r1:32,128               # gpubin/trace/fp4moe-bench (FP4MOE_STAGE_TRACE=1)
 #   gpu_sanitize memcheck 200; gpu_sanitize racecheck 200
 #   gpu_tables                                 # the README's tables (~300 s)
 #   gpu_pack all
 #
-# env: GPU_AB_REPS (repetitions of each A/B, default 3), GPU_AB_BASE_BIN (default
+# env: GPU_VARIANTS_ARGS (more fp4moe-bench arguments for gpu_variants, e.g. --clocks),
+# GPU_AB_REPS (repetitions of each A/B, default 3), GPU_AB_BASE_BIN (default
 # gpubin/base/fp4moe-bench), GPU_SANITIZE_FILTER (default: the plan, hostile-routing, overlap,
 # split-K and DeepSeek-R1 tests, ~140-170 s under racecheck), GPU_SANITIZE_BIN (default
 # gpubin/bin/test_moe_gpu; e.g. gpubin/base/test_moe_gpu, staged with FP4MOE_STAGE_MORE_TESTS=1)
@@ -87,6 +89,38 @@ gpu_ab() {
 }
 
 # gpu_trace PRESET:TOKENS... : the trace build's timeline and per-tile cycles, one preset each.
+# gpu_variants REPS "PRESET:T,T ..." BASE NAME...: several builds of fp4moe-bench measured in turn on
+# the same GPU (gpubin/NAME/fp4moe-bench; "bin" is gpubin/bin/), REPS rounds, each round every build
+# over every preset, then a table of each NAME against BASE (bench/ab_summary.py). The variants of
+# FP4MOE_STAGE_VARIANTS (e.g. the bound experiments) are measured this way (session 27's runs 2-5).
+gpu_variants() {
+  local reps=$1 specs=$2 base=$3 s=$SECONDS status=0 rep b bin spec p f rc
+  shift 3
+  for rep in $(seq 1 "$reps"); do
+    for b in "$base" "$@"; do
+      bin=gpubin/$b/fp4moe-bench
+      mkdir -p "$out/v_$b"
+      for spec in $specs; do
+        p=${spec%%:*}
+        # (word splitting of GPU_VARIANTS_ARGS on purpose: a list of arguments)
+        # shellcheck disable=SC2086
+        timeout 120 "$bin" --preset "$p" --tokens "${spec#*:}" --routing random --verbose ${GPU_VARIANTS_ARGS:-} \
+          --json "$out/v_$b/head_${p}_$rep.json" > "$out/v_$b/head_${p}_$rep.log" 2>&1
+        rc=$?
+        echo "=== $b $p rep $rep exit $rc" >> "$log"
+        [ $rc = 0 ] || status=1
+      done
+    done
+  done
+  for b in "$@"; do
+    for f in "$out/v_$base"/head_*.json; do cp "$f" "$out/v_$b/base_${f##*/head_}"; done
+    echo "--- $b against $base" >> "$log"
+    python3 bench/ab_summary.py "$out/v_$b" >> "$log" 2>&1
+  done
+  _gpu_step "variants $base $*" $status $((SECONDS - s))
+  return $status
+}
+
 gpu_trace() {
   local spec s rc
   for spec in "$@"; do
