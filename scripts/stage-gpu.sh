@@ -65,27 +65,24 @@ for spec in "${builds[@]}"; do
     *) echo "stage-gpu: '$spec' is not NAME=REV"; exit 2 ;;
   esac
 done
-if [ "${FP4MOE_STAGE_TRACE:-0}" = 1 ]; then
-  cmake -S "$root" -B "$root/build-trace" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFP4MOE_TRACE=ON \
-    -DFP4MOE_BUILD_TESTS=OFF >/dev/null
-  cmake --build "$root/build-trace" -j "${FP4MOE_JOBS:-$(nproc)}" --target fp4moe-bench
-  mkdir -p "$stage/trace"
-  cp "$root/build-trace/fp4moe-bench" "$stage/trace/"
-  strip --strip-debug "$stage/trace/fp4moe-bench" 2>/dev/null || true
-  builds+=("trace=")
-fi
-# FP4MOE_STAGE_VARIANTS="NAME=-DOPTION=VALUE ...": fp4moe-bench built from the working tree with one more
-# CMake option (e.g. bound3=-DFP4MOE_BOUND_EXPERIMENT=3) in
-# build-NAME/, as gpubin/NAME/fp4moe-bench
+# fp4moe-bench of the working tree with one more CMake option ($2) in build-$1/, as gpubin/$1/
+build_tree_bench() {
+  cmake -S "$root" -B "$root/build-$1" -G Ninja -DCMAKE_BUILD_TYPE=Release "$2" -DFP4MOE_BUILD_TESTS=OFF >/dev/null
+  cmake --build "$root/build-$1" -j "${FP4MOE_JOBS:-$(nproc)}" --target fp4moe-bench
+  mkdir -p "$stage/$1"
+  cp "$root/build-$1/fp4moe-bench" "$stage/$1/"
+  strip --strip-debug "$stage/$1/fp4moe-bench" 2>/dev/null || true
+  builds+=("$1=")
+}
+[ "${FP4MOE_STAGE_TRACE:-0}" = 1 ] && build_tree_bench trace -DFP4MOE_TRACE=ON
+# FP4MOE_STAGE_VARIANTS="NAME=-DOPTION=VALUE ...": the working tree with one more CMake option (e.g.
+# bound3=-DFP4MOE_BOUND_EXPERIMENT=3), as gpubin/NAME/fp4moe-bench
 for spec in ${FP4MOE_STAGE_VARIANTS:-}; do
-  name=${spec%%=*}
-  cmake -S "$root" -B "$root/build-$name" -G Ninja -DCMAKE_BUILD_TYPE=Release "${spec#*=}" \
-    -DFP4MOE_BUILD_TESTS=OFF >/dev/null
-  cmake --build "$root/build-$name" -j "${FP4MOE_JOBS:-$(nproc)}" --target fp4moe-bench
-  mkdir -p "$stage/$name"
-  cp "$root/build-$name/fp4moe-bench" "$stage/$name/"
-  strip --strip-debug "$stage/$name/fp4moe-bench" 2>/dev/null || true
-  builds+=("$name=")
+  case $spec in
+    bin=* | pywheels=* | trace=* | base=* | *=) echo "stage-gpu: bad variant name in '$spec'"; exit 2 ;;
+    ?*=-D?*) build_tree_bench "${spec%%=*}" "${spec#*=}" ;;
+    *) echo "stage-gpu: '$spec' is not NAME=-DOPTION=VALUE"; exit 2 ;;
+  esac
 done
 mkdir -p "$stage/bin"
 # (test_api opens the stub NVML beside itself: tests/test_gpu_clocks.cpp)
