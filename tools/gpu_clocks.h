@@ -10,7 +10,7 @@
 // How: a host thread reads the SM clock every period_ms (the first read at start()); the power is
 // the board energy counter's difference over the interval divided by its wall time (NVML's power
 // reading itself is a trailing one-second average on these GPUs, longer than most timed loops),
-// given only for intervals of at least kMinPowerSeconds (the counter advances in steps).
+// given only for intervals of at least kMinPowerSeconds (the counter does not follow short ones).
 // The thread's driver calls may perturb the timed launches slightly: compare with a run without
 // --clocks before reading small differences into its rows.
 #pragma once
@@ -33,9 +33,10 @@ struct ClockStats {
   double power_w = -1;  // mean board power over the interval, from the energy counter
 };
 
-// The shortest interval given a power figure. The energy counter advances in steps: on an H200
-// (session 27, run 8) intervals of ~40-170 ms gave 773-1814 W on a 700 W board. Below this the
-// row says "power n/a" rather than a figure that cannot be right.
+// The shortest interval given a power figure. The energy counter does not follow short intervals
+// (it advances in steps, or late): on an H200 (session 27, run 8) intervals of ~40-170 ms gave
+// 773-1814 W on a 700 W board. Below this the row says "power n/a" rather than a figure that
+// cannot be right.
 constexpr double kMinPowerSeconds = 1.0;
 
 // mhz: the clock reads; energy_mj: the energy counter's increase over the interval (millijoules);

@@ -12,9 +12,10 @@ namespace fp4moe::sm90 {
 // GEMM1 (gate/up + activation) and GEMM2 (down + router weight) for one forward. `cfg` must be one
 // select_config() returns; anything else is rejected (kInternal) rather than silently remapped.
 Status launch_gemm1(const MoeGemmParams& p, const Sm90Config& cfg, int num_sms, cudaStream_t stream);
+Status launch_gemm2(const MoeGemmParams& p, const Sm90Config& cfg, int num_sms, cudaStream_t stream);
+
 // The build's FP4MOE_BOUND_EXPERIMENT (CMakeLists.txt; moe_gemm_sm90.cuh): 0 unless the GEMMs were built
 // to copy less than they read, for timing only.
 int bound_experiment();
-Status launch_gemm2(const MoeGemmParams& p, const Sm90Config& cfg, int num_sms, cudaStream_t stream);
 
 }  // namespace fp4moe::sm90
