@@ -88,11 +88,11 @@ gpu_ab() {
   return $rc
 }
 
-# gpu_trace PRESET:TOKENS... : the trace build's timeline and per-tile cycles, one preset each.
 # gpu_variants REPS "PRESET:T,T ..." BASE NAME...: several builds of fp4moe-bench measured in turn on
 # the same GPU (gpubin/NAME/fp4moe-bench; "bin" is gpubin/bin/), REPS rounds, each round every build
 # over every preset, then a table of each NAME against BASE (bench/ab_summary.py). The variants of
 # FP4MOE_STAGE_VARIANTS (e.g. the bound experiments) are measured this way (session 27's runs 2-5).
+# One spec per preset (their JSON files are named by preset).
 gpu_variants() {
   local reps=$1 specs=$2 base=$3 s=$SECONDS status=0 rep b bin spec p f rc
   shift 3
@@ -113,7 +113,7 @@ gpu_variants() {
     done
   done
   for b in "$@"; do
-    for f in "$out/v_$base"/head_*.json; do cp "$f" "$out/v_$b/base_${f##*/head_}"; done
+    for f in "$out/v_$base"/head_*.json; do [ -e "$f" ] && cp "$f" "$out/v_$b/base_${f##*/head_}"; done
     echo "--- $b against $base" >> "$log"
     python3 bench/ab_summary.py "$out/v_$b" >> "$log" 2>&1
   done
@@ -121,6 +121,7 @@ gpu_variants() {
   return $status
 }
 
+# gpu_trace PRESET:TOKENS... : the trace build's timeline and per-tile cycles, one preset each.
 gpu_trace() {
   local spec s rc
   for spec in "$@"; do

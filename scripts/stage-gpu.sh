@@ -67,7 +67,9 @@ for spec in "${builds[@]}"; do
 done
 # fp4moe-bench of the working tree with one more CMake option ($2) in build-$1/, as gpubin/$1/
 build_tree_bench() {
-  cmake -S "$root" -B "$root/build-$1" -G Ninja -DCMAKE_BUILD_TYPE=Release "$2" -DFP4MOE_BUILD_TESTS=OFF >/dev/null
+  # (--fresh: a name used before with another option must not keep the old one from its cache)
+  cmake --fresh -S "$root" -B "$root/build-$1" -G Ninja -DCMAKE_BUILD_TYPE=Release "$2" -DFP4MOE_BUILD_TESTS=OFF \
+    >/dev/null
   cmake --build "$root/build-$1" -j "${FP4MOE_JOBS:-$(nproc)}" --target fp4moe-bench
   mkdir -p "$stage/$1"
   cp "$root/build-$1/fp4moe-bench" "$stage/$1/"
@@ -78,9 +80,12 @@ build_tree_bench() {
 # FP4MOE_STAGE_VARIANTS="NAME=-DOPTION=VALUE ...": the working tree with one more CMake option (e.g.
 # bound3=-DFP4MOE_BOUND_EXPERIMENT=3), as gpubin/NAME/fp4moe-bench
 for spec in ${FP4MOE_STAGE_VARIANTS:-}; do
+  for b in "${builds[@]}"; do
+    [ "${b%%=*}" = "${spec%%=*}" ] && { echo "stage-gpu: variant name '${spec%%=*}' is taken"; exit 2; }
+  done
   case $spec in
     bin=* | pywheels=* | trace=* | base=* | *=) echo "stage-gpu: bad variant name in '$spec'"; exit 2 ;;
-    ?*=-D?*) build_tree_bench "${spec%%=*}" "${spec#*=}" ;;
+    ?*=-D?*=*) build_tree_bench "${spec%%=*}" "${spec#*=}" ;;
     *) echo "stage-gpu: '$spec' is not NAME=-DOPTION=VALUE"; exit 2 ;;
   esac
 done

@@ -33,10 +33,11 @@ struct ClockStats {
   double power_w = -1;  // mean board power over the interval, from the energy counter
 };
 
-// The shortest interval given a power figure. The energy counter does not follow short intervals
-// (it advances in steps, or late): on an H200 (session 27, run 8) intervals of ~40-170 ms gave
-// 773-1814 W on a 700 W board. Below this the row says "power n/a" rather than a figure that
-// cannot be right.
+// The shortest interval given a power figure. The energy counter does not follow short intervals:
+// on an H200 (session 27, run 8) intervals of ~40-170 ms gave 773-1814 W on a 700 W board, energies
+// that fit steps of ~65-70 J (an update every ~100 ms). Below this the row says "power n/a"; at it a
+// figure can still be off by about one step over the interval (~10% at 1 s), so compare power only
+// over loops of several seconds.
 constexpr double kMinPowerSeconds = 1.0;
 
 // mhz: the clock reads; energy_mj: the energy counter's increase over the interval (millijoules);

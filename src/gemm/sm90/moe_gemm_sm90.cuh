@@ -29,11 +29,12 @@
 #include "src/routing/det_math.h"
 
 // Bound experiments (CMakeLists.txt's FP4MOE_BOUND_EXPERIMENT; timing only, the results are wrong): the
-// producer of every non-direct kernel copies less than the MMAs read, which then read what the stage
-// held before. 1: the first half of each chunk's token rows (the bytes a 2-CTA cluster's multicast
-// would leave each SM's copies); 2: the token rows at a unit's first stage only; 3: the weights at a
-// unit's first stage only; 4: the weights of every stage from one place (expert 0's first units,
-// chunk ku % 8), so that they come from L2, never from DRAM.
+// producer copies less than the MMAs read, which then read what the stage held before. 1-3 leave the
+// direct GEMM1 (T=1) as it is: 1: the first half of each chunk's token rows (the bytes a 2-CTA
+// cluster's multicast would leave each SM's copies); 2: the token rows at a unit's first stage only;
+// 3: the weights at a unit's first stage only. 4, in every kernel: the weights of every stage from
+// one small place (expert 0's first units, chunks ku % 8 onwards: at most 11 chunks' positions), so
+// that they come from L2, never from DRAM.
 #ifndef FP4MOE_BOUND_EXPERIMENT
 #define FP4MOE_BOUND_EXPERIMENT 0
 #endif
@@ -558,8 +559,9 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
         return;
       }
       if constexpr (T::kBN >= 80) {
-        // The wide tiles load the total in 16-byte pieces, four at a time (a quarter of the loads);
-        // the narrow ones spilled with float4 loads (the ranged BN48 did). The adds are the same.
+        // The wide configs (all their N buckets) load the total in 16-byte pieces, four at a time (a
+        // quarter of the loads); the narrow ones spilled with float4 loads (the ranged BN48 did). The
+        // adds are the same.
 #pragma unroll
         for (int b = 0; b < kAcc; b += 16) {
           float4 v[4];
