@@ -997,9 +997,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   const bool unsplit = !T::kGemm1 && split == 1;
   // GEMM2's decode kernels and the wide-tile kernels (kTileHandoff) take their work units
   // dynamically: each CTA its first by blockIdx.x, then the next from a counter (ws.next_unit,
-  // zeroed by the plan; schedule_units),
-  // so that the SMs GEMM1 leaves first (with the overlap) take more of GEMM2's units. The producer
-  // hands each unit to the consumers with its tile (tile_info), then unit -1.
+  // zeroed by the plan; schedule_units), so that the SMs GEMM1 leaves first (with the overlap) take
+  // more of GEMM2's units. The producer hands each unit to the consumers with its tile (tile_info),
+  // then unit -1.
   constexpr bool dynamic = T::kTileHandoff;
   // Work unit w's tile, and a token tile's expert and rows, as the producer derives them and the
   // consumers too where the producer does not hand them over (Sm90Traits::kTileHandoff) (32-bit
