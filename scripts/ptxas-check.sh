@@ -39,8 +39,8 @@ for tu in sm90_gemm1 sm90_gemm2; do
   # row count from the hand-off too (stored once a tile, loaded once in its epilogue). The decode
   # kernels (BN16, 4 consumers, four K chunks a stage; GEMM1 plain and direct, and since session
   # 20's tile hand-off GEMM2) keep the tile loop's bound (64-bit) and the K chunk count, computed
-  # before the warpgroups' setmaxnreg, in a 16- or 8-byte frame: stored once, reloaded after setmaxnreg and once per tile, never in the K loop
-  # (session 17's SASS for GEMM1, session 20's for GEMM2; the GEMM1 kernel measured 6% faster than
+  # before the warpgroups' setmaxnreg, in a 16- or 8-byte frame: stored once, reloaded after
+  # setmaxnreg and once per tile, never in the K loop (session 17's SASS for GEMM1, session 20's for GEMM2; the GEMM1 kernel measured 6% faster than
   # the two-chunk one that had no frame). Anything more, or anywhere else, fails.
   # C7519 ("warpgroup.arrive is injected ... to allow use of registers in GMMA") is not a
   # serialization: ptxas adds a fence of its own. The kernels whose tiles narrow their wgmma N
