@@ -33,15 +33,16 @@ for tu in sm90_gemm1 sm90_gemm2; do
   [ $tu = sm90_gemm2 ] && want=$((2 * want))
   got=$(grep -c "Compiling entry function.*Sm90Traits" "$log")
   if [ "$got" != "$want" ]; then echo "$tu: ptxas compiled $got sm90 kernels, compiled_configs.h lists $want"; status=1; fi
-  # Known exceptions. The 4-consumer BN128 kernel (112 registers a consumer) keeps one address
-  # of GEMM1's epilogue in a 16-byte stack frame (stored once, reloaded per unrolled activation
-  # step; its K loop has no local memory), and since its units are dynamic (session 26) the tile's
-  # row count from the hand-off too (stored once a tile, loaded once in its epilogue). The decode
-  # kernels (BN16, 4 consumers, four K chunks a stage; GEMM1 plain and direct, and since session
-  # 20's tile hand-off GEMM2) keep the tile loop's bound (64-bit) and the K chunk count, computed
-  # before the warpgroups' setmaxnreg, in a 16- or 8-byte frame: stored once, reloaded after
-  # setmaxnreg and once per tile, never in the K loop (session 17's SASS for GEMM1, session 20's for GEMM2; the GEMM1 kernel measured 6% faster than
-  # the two-chunk one that had no frame). Anything more, or anywhere else, fails.
+  # Known exceptions. The 4-consumer BN128 kernel (112 registers a consumer) keeps one address of
+  # GEMM1's epilogue in a 16-byte stack frame (stored once, reloaded per unrolled activation step; its
+  # K loop has no local memory), and since its units are dynamic (session 26) the tile's row count
+  # from the hand-off too (stored once a tile, loaded once in its epilogue). The decode kernels (BN16,
+  # 4 consumers, four K chunks a stage; GEMM1 plain and direct, and since session 20's tile hand-off
+  # GEMM2) keep the tile loop's bound (64-bit) and the K chunk count, computed before the warpgroups'
+  # setmaxnreg, in a 16- or 8-byte frame: stored once, reloaded after setmaxnreg and once per tile,
+  # never in the K loop (session 17's SASS for GEMM1, session 20's for GEMM2; the GEMM1 kernel
+  # measured 6% faster than the two-chunk one that had no frame). Anything more, or anywhere else,
+  # fails.
   # C7519 ("warpgroup.arrive is injected ... to allow use of registers in GMMA") is not a
   # serialization: ptxas adds a fence of its own. The kernels whose tiles narrow their wgmma N
   # (moe_gemm_sm90.cuh's NarrowN: BN16 to BN96, and the 2-consumer BN128, whose small tiles run
