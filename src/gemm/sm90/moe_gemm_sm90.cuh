@@ -851,11 +851,15 @@ __device__ __forceinline__ void count_gemm1_units(int32_t* tile_done, FastDiv di
 // producer thread itself waited for its round trip at once: ptxas makes a single thread's atomic
 // add the warp-aggregated form, whose shuffle needs the result.) Only where blockIdx.x < num_work:
 // the producer then takes every unit up to the first past the last, so that none is taken and left.
+// prepare(u) runs for each unit before it is handed over, while the producer still copies the
+// previous one (GEMM2 with the overlap: the wait for its intermediate rows).
+template <class Prepare>
 __device__ __forceinline__ void schedule_units(int32_t* next, uint32_t* slot, uint64_t* ready, uint64_t* taken,
-                                               uint32_t num_work) {
+                                               uint32_t num_work, Prepare&& prepare) {
   for (uint32_t phase = 0;; phase ^= 1) {
     mbar_wait(taken, phase ^ 1);  // (first: the CTA's own unit; the atomic after it: one unit ahead, not two)
     const uint32_t u = gridDim.x + uint32_t(atomicAdd(next, 1));
+    if (u < num_work) prepare(u);
     *reinterpret_cast<volatile uint32_t*>(slot) = u;
     mbar_arrive(ready);  // (a release at CTA scope: the slot's store)
     if (u >= num_work) return;
@@ -1032,9 +1036,21 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
     }
     if constexpr (dynamic) {
       if (__shfl_sync(0xffffffffu, tid / 32, 0) == 1) {
-        if (tid == 32 && blockIdx.x < num_work)
+        if (tid == 32 && blockIdx.x < num_work) {
+          // GEMM2 with the overlap: each unit's wait for GEMM1's units of its token tile here, off the
+          // producer's path (the producer waits only for the CTA's first unit itself).
+          int32_t ready_tile = -1;
           schedule_units(p.ws.next_unit + (T::kGemm1 ? 1 : 0), reinterpret_cast<uint32_t*>(smem + T::kOffNextUnit),
-                         counted, count_free, uint32_t(num_work));
+                         counted, count_free, uint32_t(num_work), [&](uint32_t u) {
+                           if constexpr (!T::kGemm1 && T::kOverlaps) {
+                             const int32_t token_tile = int32_t(p.div_m_blocks.div(tile_of(u)));
+                             if (p.overlap && token_tile != ready_tile) {
+                               ready_tile = token_tile;
+                               wait_gemm1_units(p.ws.tile_done + token_tile, int32_t(p.g1.m_units()));
+                             }
+                           }
+                         });
+        }
         return;
       }
     }
@@ -1063,10 +1079,17 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
       const int64_t k0 = unsplit ? 0 : k_begin(r), k1 = unsplit ? k_units : k_begin(r + 1);
       const int32_t token_tile = int32_t(p.div_m_blocks.div(t));
       const TileCoord tc = coord_of(token_tile);
-      if constexpr (!T::kGemm1) {
-        if (T::kOverlaps && p.overlap && token_tile != ready_tile) {
-          ready_tile = token_tile;
-          wait_gemm1_units(p.ws.tile_done + token_tile, int32_t(p.g1.m_units()));
+      if constexpr (!T::kGemm1 && T::kOverlaps) {
+        if (p.overlap) {
+          // A unit from schedule_units: its thread waited for the rows (a gpu-scope acquire, then a
+          // CTA-scope release of the unit that take_unit acquired, so GEMM1's stores happen before
+          // this point); only the fence for the bulk copies' proxy is left here.
+          if (dynamic && w != blockIdx.x) {
+            fence_proxy_async_global();
+          } else if (token_tile != ready_tile) {
+            ready_tile = token_tile;
+            wait_gemm1_units(p.ws.tile_done + token_tile, int32_t(p.g1.m_units()));
+          }
         }
       }
       // (the lookup's last shared-memory load is in when tc.rows is)
