@@ -1070,6 +1070,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
       phase ^= 1;
       return __shfl_sync(1u, u, 0);
     };
+    int32_t ready_tile = -1;  // GEMM2 with overlap: the token tile whose intermediate rows are in
     uint32_t sched_phase = 0;  // (dynamic: `ready`'s phase)
     for (uint32_t w = blockIdx.x; w < uint32_t(num_work); w = dynamic ? take_unit(sched_phase) : w + gridDim.x) {
       FP4MOE_TRACE_ONLY(const long long setup_from = clock64();)
@@ -1079,12 +1080,17 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
       const int32_t token_tile = int32_t(p.div_m_blocks.div(t));
       const TileCoord tc = coord_of(token_tile);
       if constexpr (!T::kGemm1 && T::kOverlaps) {
-        // GEMM2 with the overlap: the producer waits for the rows of the CTA's first unit itself.
-        // The others come from schedule_units, whose thread waited for them and then fenced the
-        // async proxy (wait_gemm1_units) before it released the unit to take_unit: that fence is on
-        // the causality path from GEMM1's stores to these bulk copies.
-        static_assert(dynamic, "GEMM2 with the overlap takes dynamic units");
-        if (p.overlap && w == blockIdx.x) wait_gemm1_units(p.ws.tile_done + token_tile, int32_t(p.g1.m_units()));
+        if (p.overlap) {
+          // A unit from schedule_units: its thread waited for the rows (a gpu-scope acquire, then a
+          // CTA-scope release of the unit that take_unit acquired, so GEMM1's stores happen before
+          // this point); only the fence for the bulk copies' proxy is left here.
+          if (dynamic && w != blockIdx.x) {
+            fence_proxy_async_global();
+          } else if (token_tile != ready_tile) {
+            ready_tile = token_tile;
+            wait_gemm1_units(p.ws.tile_done + token_tile, int32_t(p.g1.m_units()));
+          }
+        }
       }
       // (the lookup's last shared-memory load is in when tc.rows is)
       FP4MOE_TRACE_ONLY(if (tc.rows >= 0) trace_producer_setup += (unsigned long long)(clock64() - setup_from);)
