@@ -51,11 +51,12 @@ namespace gmma = cute::SM90::GMMA;
 // lds against bulk_g2s on it, and nothing on this release (tests/test_pipeline_probe_gpu.cu).
 __device__ __forceinline__ void release_stage(uint64_t* empty_bar) { mbar_arrive(empty_bar); }
 
-// GEMM2's producer with MoeGemmParams::overlap: waits until GEMM1 has counted `units` weight units of a
-// token tile in (acquire), then orders those generic-proxy stores before its bulk copies (async
-// proxy). After 2^26 polls (each an L2 round trip and a nanosleep of up to ~0.5 us: tens of
-// seconds) the dependency is taken as broken: trap, a sticky CUDA error that ends the context,
-// rather than a hang. (A counter, not clock64: the producer runs on 24 registers; inline asm keeps
+// GEMM2 with MoeGemmParams::overlap (the scheduling thread for each unit it hands over, the producer
+// for the CTA's first): waits until GEMM1 has counted `units` weight units of a token tile in
+// (acquire), then orders those generic-proxy stores before the bulk copies (async proxy). After
+// 2^26 polls (each an L2 round trip and a nanosleep of up to ~0.5 us: tens of seconds) the
+// dependency is taken as broken: trap, a sticky CUDA error that ends the context, rather than a
+// hang. (A counter, not clock64: the producer warpgroup runs on 24 registers; inline asm keeps
 // ptxas from spilling around the loop.)
 // Racecheck note: a token tile's bulk copy reads the rows its MMAs read (tile_mma_rows: whole 8-row
 // blocks), past tc.rows into the next expert's rows, which GEMM1 may still be writing; those rows
