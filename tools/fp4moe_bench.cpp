@@ -342,9 +342,11 @@ struct Row {
   struct TraceShares {
     // Shares of the consumers' time waiting for full stages and in K loops; of the producer's time
     // waiting for empty stages, in its per-unit setup (the tile's lookup, with the overlap its wait
-    // for GEMM1's rows) and issuing its stages' copies.
+    // for GEMM1's rows) and issuing its stages' copies; the part of the setup up to the lookup's
+    // result, and taking the next unit from the scheduling thread (dynamic kernels).
     double consumers_waiting = -1, consumers_in_k_loops = -1;
     double producer_waiting = -1, producer_in_setup = -1, producer_issuing = -1;
+    double producer_in_lookup = -1, producer_taking = -1;
     // Per tile of a consumer warpgroup, in SM clock cycles: finding it (GEMM2's decode kernels, which
     // take it from the producer: waiting for its first stage), from its start to its K loop, in its K
     // loop, after its K loop (the epilogue).
@@ -663,6 +665,8 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
         waits.producer_waiting = double(w[k][kTraceProducerWait]) / double(w[k][kTraceProducerTime]);
         waits.producer_in_setup = double(w[k][kTraceProducerSetup]) / double(w[k][kTraceProducerTime]);
         waits.producer_issuing = double(w[k][kTraceProducerIssue]) / double(w[k][kTraceProducerTime]);
+        waits.producer_in_lookup = double(w[k][kTraceProducerLookup]) / double(w[k][kTraceProducerTime]);
+        waits.producer_taking = double(w[k][kTraceProducerTake]) / double(w[k][kTraceProducerTime]);
       }
       row.trace_waits.push_back(waits);
     }
@@ -759,7 +763,8 @@ void write_json(const Options& o, const MoeProblem& p, const char* gpu, const Ce
           << ", \"consumers_in_k_loops\": " << q.consumers_in_k_loops << ", \"cycles_per_tile\": {\"find\": "
           << q.find << ", \"before_k_loop\": " << q.before_k_loop << ", \"k_loop\": " << q.k_loop
           << ", \"after_k_loop\": " << q.after_k_loop << "}, \"producer_in_setup\": " << q.producer_in_setup
-          << ", \"producer_issuing\": " << q.producer_issuing << "}";
+          << ", \"producer_issuing\": " << q.producer_issuing << ", \"producer_in_lookup\": "
+          << q.producer_in_lookup << ", \"producer_taking\": " << q.producer_taking << "}";
         first = false;
       }
       f << "}";
@@ -965,9 +970,10 @@ int main(int argc, char** argv) {
         const Row::TraceShares& q = r.trace_waits[k];
         if (q.consumers_waiting >= 0)
           std::printf("  consumers: K loops %.1f%%, waits for data %.1f%%; producer waits for room %.1f%%, "
-                      "in its per-unit setup %.1f%%, issuing copies %.1f%%", 100 * q.consumers_in_k_loops,
-                      100 * q.consumers_waiting, 100 * q.producer_waiting, 100 * q.producer_in_setup,
-                      100 * q.producer_issuing);
+                      "in its per-unit setup %.1f%% (to the lookup's result %.1f%%), issuing copies %.1f%%, "
+                      "taking units %.1f%%", 100 * q.consumers_in_k_loops, 100 * q.consumers_waiting,
+                      100 * q.producer_waiting, 100 * q.producer_in_setup, 100 * q.producer_in_lookup,
+                      100 * q.producer_issuing, 100 * q.producer_taking);
         if (q.find >= 0)
           std::printf("\n        %-11s cycles per tile and warpgroup: find %.0f, before the K loop %.0f, K loop %.0f, "
                       "after it %.0f", "", q.find, q.before_k_loop, q.k_loop, q.after_k_loop);

@@ -38,8 +38,10 @@ inline constexpr const char* kTraceKernelNames[kTraceKernels] = {
 // per tile, the consumers' time finding it (the loop's lookup), from the tile's start to its K loop,
 // in the whole tile (K loop and epilogue included), and the count of tiles; the producer's time in
 // its per-unit setup (the tile's lookup, and with the overlap its wait for GEMM1's rows) and in
-// issuing its stages (from each empty wait's return to the stage's last copy instruction).
-constexpr int kTraceWords = 17;
+// issuing its stages (from each empty wait's return to the stage's last copy instruction); the
+// part of the setup up to the tile's lookup (its coordinates in registers), and the producer's time
+// taking the dynamic kernels' next unit from the scheduling thread (take_unit).
+constexpr int kTraceWords = 19;
 enum TraceSum : int {
   kTraceConsumerWait = 6,
   kTraceConsumerTime,
@@ -51,7 +53,9 @@ enum TraceSum : int {
   kTraceConsumerTile,
   kTraceConsumerTiles,
   kTraceProducerSetup,
-  kTraceProducerIssue
+  kTraceProducerIssue,
+  kTraceProducerLookup,
+  kTraceProducerTake
 };
 constexpr int kTraceBytes = kTraceKernels * kTraceWords * 8;
 

@@ -902,7 +902,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
       unsigned long long* const trace_sums = FP4MOE_TRACE_SLOT();
       const long long trace_from = clock64();
       __shared__ unsigned long long trace_consumer_acc[8][6];
-      unsigned long long trace_producer_wait = 0, trace_producer_setup = 0, trace_producer_issue = 0;)
+      unsigned long long trace_producer_wait = 0, trace_producer_setup = 0, trace_producer_issue = 0;
+      unsigned long long trace_producer_lookup = 0, trace_producer_take = 0;)
 
   const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);  // warp-uniform for ptxas
   const int tid = threadIdx.x % 128;
@@ -1065,10 +1066,12 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
     // unit in a plain register moved the producer's tile arithmetic out of uniform registers, and it
     // spilled.
     auto take_unit = [&](uint32_t& phase) {
+      FP4MOE_TRACE_ONLY(const long long take_from = clock64();)
       mbar_wait(counted, phase);
       const uint32_t u = *reinterpret_cast<volatile uint32_t*>(smem + T::kOffNextUnit);
       mbar_arrive(count_free);
       phase ^= 1;
+      FP4MOE_TRACE_ONLY(trace_producer_take += (unsigned long long)(clock64() - take_from);)
       return __shfl_sync(1u, u, 0);
     };
     int32_t ready_tile = -1;  // GEMM2 with overlap: the token tile whose intermediate rows are in
@@ -1080,6 +1083,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
       const int64_t k0 = unsplit ? 0 : k_begin(r), k1 = unsplit ? k_units : k_begin(r + 1);
       const int32_t token_tile = int32_t(p.div_m_blocks.div(t));
       const TileCoord tc = coord_of(token_tile);
+      FP4MOE_TRACE_ONLY(if (tc.rows >= 0) trace_producer_lookup += (unsigned long long)(clock64() - setup_from);)
       if constexpr (!T::kGemm1 && T::kOverlaps) {
         if (p.overlap) {
           // A unit from schedule_units: its thread waited for the rows (a gpu-scope acquire, then a
@@ -1169,6 +1173,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
       atomicAdd(trace_sums + kTraceProducerWait, trace_producer_wait);
       atomicAdd(trace_sums + kTraceProducerSetup, trace_producer_setup);
       atomicAdd(trace_sums + kTraceProducerIssue, trace_producer_issue);
+      atomicAdd(trace_sums + kTraceProducerLookup, trace_producer_lookup);
+      atomicAdd(trace_sums + kTraceProducerTake, trace_producer_take);
       atomicAdd(trace_sums + kTraceProducerTime, (unsigned long long)(clock64() - trace_from));
     })
     return;
