@@ -101,18 +101,11 @@ struct TileCoord {
 // extra code made ptxas spill the 4-consumer BN128 kernel).
 // The local expert e of a tile below tile_start[E_local]: tile_start[e] <= tile < tile_start[e + 1].
 __device__ __forceinline__ int tile_expert(const MoeGemmParams& p, const int32_t* tile_start, int64_t tile) {
-  // The last expert whose first tile is at most `tile` (tile_start[lo] <= tile < tile_start[hi], or
-  // hi the expert count). Four-way: three independent loads a step, about half the dependent
-  // round trips of a binary search (at decode the producer's lookup waited ~2000 cycles a unit).
   int lo = 0, hi = p.num_local_experts;
   while (hi - lo > 1) {
-    const int step = (hi - lo + 3) / 4;
-    const int a = lo + step, b = min(a + step, hi - 1), c = min(b + step, hi - 1);
-    const int32_t va = tile_start[a], vb = tile_start[b], vc = tile_start[c];
-    if (vc <= tile) lo = c;
-    else if (vb <= tile) lo = b, hi = c;
-    else if (va <= tile) lo = a, hi = b;
-    else hi = a;
+    const int mid = (lo + hi) / 2;
+    if (tile_start[mid] <= tile) lo = mid;
+    else hi = mid;
   }
   return lo;
 }
