@@ -597,23 +597,23 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
 #pragma unroll
       for (int i = 0; i < kAcc; i += 4)
         *reinterpret_cast<float4*>(mine + i) = make_float4(acc[i], acc[i + 1], acc[i + 2], acc[i + 3]);
-      __threadfence();  // each thread's partials out to L2
+      // No fence of each thread's own here: thread 0's arrival after the barrier releases the whole
+      // warpgroup's partials (a release is cumulative: it orders the stores the barrier made it observe).
       const uint32_t bar = 1 + x.c;
       named_barrier_sync(bar, 128);
       int* const flag = reinterpret_cast<int*>(x.row_weight);  // this consumer's scratch word
       if (x.tid == 0) {
-        // Release (the warpgroup's partials, ordered before by the barrier) and acquire (the other
-        // ranges' partials) around the arrival, as a gpu-scope acq_rel atomic would.
-        __threadfence();
-        const int arrived = atomicAdd(count, 1);
-        __threadfence();
+        // The arrival releases the warpgroup's partials (ordered before it by the barrier) and
+        // acquires the other ranges' (their arrivals released them).
+        const int arrived = atom_acq_rel_gpu_add(count, 1);
         *flag = arrived == x.split - 1;
       }
       named_barrier_sync(bar, 128);
       const bool last = *flag != 0;
       named_barrier_sync(bar, 128);  // everyone has read the flag before the epilogue reuses the word
       if (!last) return;
-      __threadfence();  // the other units' partials after their arrivals
+      // (No fence here either: thread 0's acquire, then the barrier, orders these loads of the other
+      // units' partials after their arrivals.)
       for (int r = 0; r < x.split; ++r) {
         const float* src = part + (x.tile * x.split + r) * kUnitSlot;
 #pragma unroll

@@ -89,6 +89,17 @@ __device__ __forceinline__ void red_release_gpu_add(int32_t* p, int32_t v) {
   asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
+// Returns *p and adds v, with acquire and release semantics at GPU scope: this thread's earlier
+// memory operations, and those it has observed (through a barrier), are visible to whoever acquires
+// the new value, and what the releases of earlier values ordered is visible to this thread's later
+// ones (and, through a barrier after it, to those it synchronizes with). One instruction in place of
+// a fence, an atomic and a fence (__threadfence() twice: two sequentially consistent fences).
+__device__ __forceinline__ int32_t atom_acq_rel_gpu_add(int32_t* p, int32_t v) {
+  int32_t old;
+  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+
 // a + b in fp32, rounded to nearest even, subnormal inputs and results flushed to sign-preserving
 // zero: the add of red_add_f32x4 below (red.add.f32 on global memory flushes them; its .noftz needs
 // PTX ISA 9.4), so that sums done in registers and in L2 agree to the bit.
