@@ -287,10 +287,16 @@ TEST(SelectConfig, RangeSplitOnlyForFewDecodeTilesOverManyRanges) {
   scout.num_tokens = 2;
   EXPECT_EQ(select_range_split(scout, bn16_c2, 80, 128), 1);
   // T=8: at most 8 token tiles x 20 m-blocks: 320 units in three rounds of 64 chunks, against two of
-  // 128; T=16: 640 units, past kMaxSplitUnits.
+  // 128; T=16: 640 units in five rounds against three; T=32: 18 token tiles, 720 units in six rounds,
+  // no fewer chunks than three of 128; T=512: 48 token tiles, 1920 units, past kMaxSplitUnits.
   scout.num_tokens = 8;
   EXPECT_EQ(select_range_split(scout, bn16, 80, 128), 2);
   scout.num_tokens = 16;
+  EXPECT_EQ(select_range_split(scout, bn16, 80, 128), 2);
+  scout.num_tokens = 32;
+  EXPECT_EQ(select_range_split(scout, bn16, 80, 128), 1);
+  scout.num_tokens = 512;
+  EXPECT_EQ(max_gemm_tiles(scout, bn16, 80), 960);
   EXPECT_EQ(select_range_split(scout, bn16, 80, 128), 1);
   // Mixtral-8x7B T=1 (E=8, top-2, GEMM2 m_units 64, k_units 224: four ranges of 56): 64 tiles
   // narrowed, 256 units in two rounds of 56 chunks against one round of 224.

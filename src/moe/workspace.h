@@ -36,8 +36,9 @@ constexpr int64_t kPlanMultiMinPairs = 16384;
 
 // Split-K (LayerOptions::split_k, and GEMM2's split at its K ranges below; BN16 configs): at most
 // kMaxSplitUnits (tile, K range) work units per GEMM, each leaving up to kSplitUnitFloats fp32
-// partial sums (4 consumers x 128 threads x 8): 8 MB, only for layers that may split.
-constexpr int kMaxSplitUnits = 512;
+// partial sums (4 consumers x 128 threads x 8): 16 MB, only for layers that may split. (512 until
+// session 29 kept Llama-4 T=16, 320 tiles at most in two ranges, from splitting.)
+constexpr int kMaxSplitUnits = 1024;
 constexpr int kSplitUnitFloats = 4 * 128 * 8;
 constexpr int kSplitCounters = kMaxSplitUnits * 4;  // per GEMM: one per (tile, consumer)
 
