@@ -17,7 +17,10 @@ int64_t max_gemm_tiles(const ConfigInput& in, const Sm90Config& c, int64_t m_uni
   if (in.num_tokens <= 0 || c.consumers <= 0 || c.tile_tokens <= 0) return 0;
   const int64_t pairs = in.num_tokens * in.top_k;
   const int64_t nonempty_experts = std::min<int64_t>(pairs, in.num_local_experts);
-  const int64_t token_tiles = std::min<int64_t>(pairs, (pairs + c.tile_tokens - 1) / c.tile_tokens + nonempty_experts);
+  // An expert of c rows has ceil(c / BN) <= (c + BN - 1) / BN tiles: summed over the nonempty ones,
+  // at most (pairs + (BN - 1) * nonempty) / BN, rounded down (a sum of integers).
+  const int64_t token_tiles =
+      std::min<int64_t>(pairs, (pairs + (c.tile_tokens - 1) * nonempty_experts) / c.tile_tokens);
   return token_tiles * ((m_units + c.consumers - 1) / c.consumers);
 }
 

@@ -50,7 +50,8 @@ struct ConfigInput {
 Sm90Config select_config(const ConfigInput& in);
 
 // An upper bound on the tiles of one GEMM (m_units weight units of 64 rows) with config c, from the
-// token count: at most min(T*K, T*K/BN + min(T*K, experts)) token tiles times the m-blocks.
+// token count: at most min(T*K, floor((T*K + (BN - 1) * min(T*K, experts)) / BN)) token tiles times the
+// m-blocks.
 int64_t max_gemm_tiles(const ConfigInput& in, const Sm90Config& c, int64_t m_units);
 
 // Decode with few tiles (the default path; not where split-K splits, not for a tuned or forced config): where
@@ -63,7 +64,7 @@ constexpr int kNarrowDecodeConfig = 8;
 
 // Split-K ranges for one GEMM of a forward with LayerOptions::split_k (1: none): only configs with a
 // 16-token tile, only when at most half the SMs would have a tile. Tiles are bounded from the token count
-// (at most min(T*K, T*K/16 + min(T*K, experts)) token tiles times the m-blocks); each SM then gets
+// (max_gemm_tiles); each SM then gets
 // a K range, up to 8 ranges of at least 4 chunks, at most kMaxSplitUnits work units.
 // A split in two needs ranges of at least kMinTwoWaySplitChunks chunks.
 int select_split_k(const ConfigInput& in, const Sm90Config& c, int64_t m_units, int64_t k_units);
