@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <iterator>
 #include <random>
 #include <vector>
@@ -207,6 +208,57 @@ TEST(SelectConfig, TileBoundHoldsForEveryRouting) {
   }
 }
 
+// expected_gemm_tiles against routings drawn as a router draws them (each token top_k distinct
+// experts, uniformly): the mean tile count of 3000 routings within 2% (and 0.3 tiles) of it; never
+// above the bound.
+TEST(SelectConfig, ExpectedTilesMatchRandomRoutings) {
+  std::mt19937 rng(20261202u);
+  struct Case {
+    int64_t tokens;
+    int top_k, experts, local, tile;
+  };
+  const Case cases[] = {{1, 1, 16, 16, 16},   {8, 1, 16, 16, 16},  {16, 1, 16, 16, 16},  {128, 1, 16, 16, 16},
+                        {16, 1, 128, 128, 16}, {5, 2, 8, 8, 16},    {32, 2, 8, 8, 16},    {64, 2, 8, 8, 32},
+                        {128, 8, 256, 256, 16}, {64, 8, 256, 32, 16}, {300, 4, 32, 32, 48}, {8, 8, 8, 8, 16}};
+  for (const Case& k : cases) {
+    ConfigInput in;
+    in.num_tokens = k.tokens;
+    in.top_k = k.top_k;
+    in.num_experts = k.experts;
+    in.num_local_experts = k.local;
+    Sm90Config c;
+    c.consumers = 4;
+    c.tile_tokens = k.tile;
+    const double expected = expected_gemm_tiles(in, c, 4);  // one m-block
+    double sum = 0;
+    const int draws = 3000;
+    std::vector<int> perm(size_t(k.experts));
+    for (int d = 0; d < draws; ++d) {
+      std::vector<int64_t> count(size_t(k.experts), 0);
+      for (int64_t t = 0; t < k.tokens; ++t) {
+        for (int e = 0; e < k.experts; ++e) perm[size_t(e)] = e;
+        for (int j = 0; j < k.top_k; ++j) {  // a partial Fisher-Yates shuffle: top_k distinct experts
+          const int pick = j + int(rng() % uint32_t(k.experts - j));
+          std::swap(perm[size_t(j)], perm[size_t(pick)]);
+          ++count[size_t(perm[size_t(j)])];
+        }
+      }
+      for (int e = 0; e < k.local; ++e) sum += double((count[size_t(e)] + k.tile - 1) / k.tile);
+    }
+    const double mean = sum / draws;
+    EXPECT_NEAR(expected, mean, std::max(0.3, 0.02 * mean))
+        << "T " << k.tokens << " top-" << k.top_k << " of " << k.experts << " (" << k.local << " local) BN " << k.tile;
+    EXPECT_LE(expected, double(max_gemm_tiles(in, c, 4)) + 1e-9);
+    EXPECT_GT(expected, 0);
+  }
+  ConfigInput none;
+  none.num_tokens = 0;
+  Sm90Config c;
+  c.consumers = 4;
+  c.tile_tokens = 16;
+  EXPECT_EQ(expected_gemm_tiles(none, c, 4), 0);
+}
+
 TEST(SelectConfig, NarrowsTheDecodeConfigOnlyForFewTiles) {
   const Sm90Config bn16 = select_config(deepseek(1));
   ASSERT_EQ(bn16.name(), "BN16_C4_S4_x1_db_c4");
@@ -299,8 +351,9 @@ TEST(SelectConfig, CanonicalRangesAreFewOfOneLength) {
 }
 
 // GEMM2 over canonical K ranges (more than kRangeChunks = 64 K chunks): split into all its ranges
-// where that takes fewer rounds of range-long units than whole tiles take, with 16-token tiles only,
-// at most kMaxSplitUnits units; never where K is one range.
+// where, by the tiles expected under uniform routing, that takes fewer chunks a SM in rounds of
+// range-long units than whole tiles take, or as many with two ranges; with 16-token tiles only, at
+// most kMaxSplitUnits units by the tile bound; never where K is one range.
 TEST(SelectConfig, RangeSplitOnlyForFewDecodeTilesOverManyRanges) {
   Sm90Config bn16;
   bn16.tile_tokens = 16;
@@ -317,18 +370,21 @@ TEST(SelectConfig, RangeSplitOnlyForFewDecodeTilesOverManyRanges) {
   EXPECT_EQ(select_range_split(scout, bn16_c2, 80, 65), 2);   // 64 + 1
   scout.num_tokens = 0;
   EXPECT_EQ(select_range_split(scout, bn16_c2, 80, 128), 1);
-  // T=2: 80 narrowed tiles: 160 units take two rounds of 64 chunks, no fewer than one of 128.
+  // Each T below: the expected tiles (uniform routing over 16 experts), the tile bound.
+  // T=2: 77.5 narrowed tiles (80): 155 units in two rounds of 64 chunks, as many as one round of
+  // 128, and two ranges split on a tie.
   scout.num_tokens = 2;
-  EXPECT_EQ(select_range_split(scout, bn16_c2, 80, 128), 1);
-  // T=8: at most 8 token tiles x 20 m-blocks: 320 units in three rounds of 64 chunks, against two of
-  // 128; T=16: 640 units in five rounds against three; T=32: 17 token tiles, 680 units in six rounds,
-  // no fewer chunks than three of 128; T=512: 47 token tiles, 1880 units, past kMaxSplitUnits.
-  scout.num_tokens = 8;
-  EXPECT_EQ(select_range_split(scout, bn16, 80, 128), 2);
+  EXPECT_NEAR(expected_gemm_tiles(scout, bn16_c2, 80), 40 * 16 * (1 - std::pow(15.0 / 16, 2)), 1e-9);
+  EXPECT_EQ(select_range_split(scout, bn16_c2, 80, 128), 2);
+  // T=16: 206 tiles (320): four rounds of 64 against two of 128; T=32: 279 (340), five against
+  // three; T=128: 321 (460), 642 units by the tiles expected, 920 by the bound; T=512: 47 token
+  // tiles at most, 1880 units, past kMaxSplitUnits.
   scout.num_tokens = 16;
   EXPECT_EQ(select_range_split(scout, bn16, 80, 128), 2);
   scout.num_tokens = 32;
-  EXPECT_EQ(select_range_split(scout, bn16, 80, 128), 1);
+  EXPECT_EQ(select_range_split(scout, bn16, 80, 128), 2);
+  scout.num_tokens = 128;
+  EXPECT_EQ(select_range_split(scout, bn16, 80, 128), 2);
   scout.num_tokens = 512;
   EXPECT_EQ(max_gemm_tiles(scout, bn16, 80), 940);
   EXPECT_EQ(select_range_split(scout, bn16, 80, 128), 1);
@@ -336,9 +392,23 @@ TEST(SelectConfig, RangeSplitOnlyForFewDecodeTilesOverManyRanges) {
   // narrowed, 256 units in two rounds of 56 chunks against one round of 224.
   ConfigInput mixtral = mixtral_8x7b(1);
   EXPECT_EQ(select_range_split(mixtral, bn16_c2, 64, 224), 4);
-  // T=2: 128 narrowed tiles: 512 units take four rounds of 56 chunks, no fewer than one of 224.
+  // T=2: 112 narrowed tiles expected: 448 units take four rounds of 56 chunks, no fewer than one of
+  // 224, and four ranges do not split on a tie; the 4-consumer tile's 56 take two rounds.
   mixtral.num_tokens = 2;
   EXPECT_EQ(select_range_split(mixtral, bn16_c2, 64, 224), 1);
+  EXPECT_EQ(select_range_split(mixtral, bn16, 64, 224), 4);
+  // T=4: 87.5 tiles (bound 128): 350 units in three rounds; T = 8 / 16 / 32: 115 / 127 / 128 tiles
+  // (bound 128 / 144 / 176), one round of 224 or four of 56.
+  mixtral.num_tokens = 4;
+  EXPECT_EQ(select_range_split(mixtral, bn16, 64, 224), 4);
+  for (int64_t t : {8, 16, 32}) {
+    mixtral.num_tokens = t;
+    EXPECT_EQ(select_range_split(mixtral, bn16, 64, 224), 1) << t;
+  }
+  // Expert parallelism: 8 of 64 experts on this rank see an eighth of the pairs.
+  ConfigInput shard = mixtral_8x7b(64);
+  shard.num_experts = 64;
+  EXPECT_NEAR(expected_gemm_tiles(shard, bn16, 64), 8 * 16 * (1 - std::pow(62.0 / 64, 64)), 1e-6);
   // Never more than kMaxSplitUnits units; a split always is every range.
   for (int64_t t : {1, 2, 3, 5, 8, 16, 64}) {
     for (int64_t k : {65, 128, 224, 1000}) {
@@ -365,18 +435,19 @@ TEST(SelectConfig, RangedGemmTwoKeepsTheWideTileWhereOnlyItSplits) {
   // T=1: the narrowed tiles split (Scout 40 tiles, 80 units; Mixtral 64 tiles, 256 units).
   EXPECT_EQ(select_ranged_gemm2(scout, wide, 80, 128).name(), narrow.name());
   EXPECT_EQ(select_ranged_gemm2(mixtral, wide, 64, 224).name(), narrow.name());
-  // T=2: the narrowed tiles would not split (Scout 80 tiles in one round of 128 chunks, against two
-  // of 64; Mixtral 128 tiles, one round of 224 against four of 56); the wide ones do (40 tiles, 80
-  // units in one round; 64 tiles, 256 units in two).
+  // T=2: the narrowed tiles' split takes no fewer chunks a SM than they do whole (Scout 77.5 tiles
+  // expected in one round of 128 chunks, or two of 64; Mixtral 112 tiles, one round of 224 against
+  // four of 56); the wide ones split in fewer (39 tiles, 78 units in one round; 56 tiles, 224
+  // units in two).
   scout.num_tokens = mixtral.num_tokens = 2;
-  EXPECT_EQ(select_range_split(scout, narrow, 80, 128), 1);
+  EXPECT_EQ(select_range_split(scout, narrow, 80, 128), 2);  // (a tie: two ranges split)
   EXPECT_EQ(select_ranged_gemm2(scout, wide, 80, 128).name(), wide.name());
   EXPECT_EQ(select_range_split(mixtral, narrow, 64, 224), 1);
   EXPECT_EQ(select_ranged_gemm2(mixtral, wide, 64, 224).name(), wide.name());
-  // T=4 (Scout): the wide tiles do not split either (80 tiles: 160 units in two rounds of 64 chunks,
-  // no fewer than one round of 128), so narrow_for_few_tiles decides.
+  // T=4 (Scout): narrow_for_few_tiles keeps the wide tile (80 at most, more than half the SMs).
   scout.num_tokens = 4;
   EXPECT_EQ(select_ranged_gemm2(scout, wide, 80, 128).name(), narrow_for_few_tiles(scout, wide, 80).name());
+  EXPECT_EQ(select_ranged_gemm2(scout, wide, 80, 128).name(), wide.name());
   // A K of one range: narrow_for_few_tiles as for any GEMM; a config other than the default decode
   // one: not changed.
   scout.num_tokens = 2;

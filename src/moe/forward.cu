@@ -61,6 +61,7 @@ struct MoeLayer::Impl {
     in.num_tokens = num_tokens;
     in.top_k = problem.top_k();
     in.num_local_experts = shard.num_local_experts;
+    in.num_experts = problem.num_experts();
     in.hidden = problem.hidden_size;
     in.inter_local = shard.inter_local;
     in.num_sms = num_sms;

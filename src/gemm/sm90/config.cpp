@@ -1,6 +1,7 @@
 #include "src/gemm/sm90/config.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "src/gemm/sm90/tune.h"
 #include "src/moe/workspace.h"
@@ -57,18 +58,80 @@ int select_split_k(const ConfigInput& in, const Sm90Config& c, int64_t m_units, 
   return s > 1 ? int(s) : 1;
 }
 
-int select_range_split(const ConfigInput& in, const Sm90Config& c, int64_t m_units, int64_t k_units) {
-  if (c.tile_tokens != 16 || k_units <= kRangeChunks || in.num_sms <= 0) return 1;
+double expected_gemm_tiles(const ConfigInput& in, const Sm90Config& c, int64_t m_units) {
+  if (in.num_tokens <= 0 || in.top_k <= 0 || in.num_local_experts <= 0 || c.consumers <= 0 || c.tile_tokens <= 0) {
+    return 0;
+  }
+  const int experts = in.num_experts > 0 ? in.num_experts : in.num_local_experts;
+  const double p = std::min(1.0, double(in.top_k) / experts);  // a token picks a given expert
+  const int64_t t = in.num_tokens;
+  // E[ceil(rows / BN)] with rows ~ Binomial(t, p): the pmf from its mode (in logs, no underflow)
+  // outwards by the ratio of neighbours, to where it falls below 1e-30 of the mode's (the pmf falls
+  // monotonically away from its mode).
+  auto tiles_of = [&](int64_t rows) { return double((rows + c.tile_tokens - 1) / c.tile_tokens); };
+  double token_tiles = 0;
+  if (p >= 1) {
+    token_tiles = tiles_of(t);
+  } else {
+    const double q = 1 - p;
+    const int64_t mode = std::min<int64_t>(t, int64_t(double(t + 1) * p));
+    const double at_mode = std::exp(std::lgamma(double(t) + 1) - std::lgamma(double(mode) + 1) -
+                                    std::lgamma(double(t - mode) + 1) + double(mode) * std::log(p) +
+                                    double(t - mode) * std::log1p(-p));
+    token_tiles = at_mode * tiles_of(mode);
+    double pmf = at_mode;
+    for (int64_t r = mode; r < t && pmf > 1e-30 * at_mode; ++r) {
+      pmf *= double(t - r) / double(r + 1) * p / q;
+      token_tiles += pmf * tiles_of(r + 1);
+    }
+    pmf = at_mode;
+    for (int64_t r = mode; r > 0 && pmf > 1e-30 * at_mode; --r) {
+      pmf *= double(r) / double(t - r + 1) * q / p;
+      token_tiles += pmf * tiles_of(r - 1);
+    }
+  }
+  const double tiles = token_tiles * in.num_local_experts * double((m_units + c.consumers - 1) / c.consumers);
+  return std::min(tiles, double(max_gemm_tiles(in, c, m_units)));
+}
+
+namespace {
+
+// A GEMM2 over ranges on config c: its ranges, the chunks a SM runs in rounds of range-long units
+// and in rounds of whole tiles (by the tiles expected under uniform random routing); no ranges
+// where c cannot split (not BN16, K one range, more than kMaxSplitUnits units by the tile bound).
+struct RangeRounds {
+  int64_t ranges = 1;
+  int64_t split_chunks = 0;
+  int64_t whole_chunks = 0;
+};
+
+RangeRounds range_rounds(const ConfigInput& in, const Sm90Config& c, int64_t m_units, int64_t k_units) {
+  RangeRounds r;
+  if (c.tile_tokens != 16 || k_units <= kRangeChunks || in.num_sms <= 0) return r;
   const int64_t ranges = k_range_count(k_units);
-  const int64_t tiles = max_gemm_tiles(in, c, m_units);
-  if (tiles <= 0 || tiles * ranges > kMaxSplitUnits) return 1;
-  auto rounds = [&](int64_t units) { return (units + in.num_sms - 1) / in.num_sms; };
-  return rounds(tiles * ranges) * k_range_chunks(k_units) < rounds(tiles) * k_units ? int(ranges) : 1;
+  const int64_t bound = max_gemm_tiles(in, c, m_units);
+  if (bound <= 0 || bound * ranges > kMaxSplitUnits) return r;
+  const double tiles = expected_gemm_tiles(in, c, m_units);
+  auto rounds = [&](double units) { return int64_t(std::ceil(units / in.num_sms - 1e-9)); };
+  r.ranges = ranges;
+  r.split_chunks = rounds(tiles * double(ranges)) * k_range_chunks(k_units);
+  r.whole_chunks = rounds(tiles) * k_units;
+  return r;
+}
+
+}  // namespace
+
+int select_range_split(const ConfigInput& in, const Sm90Config& c, int64_t m_units, int64_t k_units) {
+  const RangeRounds r = range_rounds(in, c, m_units, k_units);
+  if (r.ranges < 2) return 1;
+  return r.split_chunks < r.whole_chunks || (r.split_chunks == r.whole_chunks && r.ranges == 2) ? int(r.ranges) : 1;
 }
 
 Sm90Config select_ranged_gemm2(const ConfigInput& in, const Sm90Config& c, int64_t m_units, int64_t k_units) {
   const Sm90Config narrow = narrow_for_few_tiles(in, c, m_units);
-  if (narrow.name() == c.name() || select_range_split(in, narrow, m_units, k_units) > 1) return narrow;
+  if (narrow.name() == c.name()) return c;
+  const RangeRounds n = range_rounds(in, narrow, m_units, k_units);
+  if (n.ranges > 1 && n.split_chunks < n.whole_chunks) return narrow;
   return select_range_split(in, c, m_units, k_units) > 1 ? c : narrow;
 }
 

@@ -25,6 +25,7 @@ struct ConfigInput {
   int64_t num_tokens = 0;
   int top_k = 1;
   int num_local_experts = 1;
+  int num_experts = 0;       // E over every rank (0: num_local_experts, no expert parallelism)
   int64_t hidden = 0;        // H
   int64_t inter_local = 0;   // I per rank
   int num_sms = 132;
@@ -73,15 +74,24 @@ constexpr int64_t kMinTwoWaySplitChunks = 20;
 // The default split of a GEMM2 over canonical K ranges (k_units > kRangeChunks, workspace.h): every
 // GEMM2 kernel of such a layer sums K range by range, so a split into one work unit per range gives
 // the same bits (batch-invariant, unlike select_split_k's). Returns the number of ranges where config
-// c has 16-token tiles, at most kMaxSplitUnits units, and fewer rounds of range-long units than of
-// whole tiles, by tile count bound (max_gemm_tiles) and chunks a round; else 1. E.g. Llama-4-Scout
-// T=1 (40 tiles of 128 chunks: 80 units of 64 on 132 SMs) and Mixtral-8x7B T=1 (64 tiles of 224:
-// 256 units of 56 in two rounds).
+// c has 16-token tiles, at most kMaxSplitUnits units by the tile bound (max_gemm_tiles, what the
+// workspace holds), and, by the tiles expected under uniform random routing (expected_gemm_tiles),
+// fewer chunks a SM in rounds of range-long units than in rounds of whole tiles, or as many with two
+// ranges; else 1. E.g. Llama-4-Scout T=1 (40 tiles of 128 chunks: 80 units of 64 on 132 SMs),
+// Mixtral-8x7B T=1 (64 tiles of 224: 256 units of 56 in two rounds), Llama-4-Scout T=16 (206 tiles
+// expected: two rounds of 128 chunks or four of 64). The tie's rule is measured (H200, sessions 24
+// and 30): two ranges won there (Scout T=8 -3.4%, T=16 -4.8%: shorter units spread better over the
+// SMs GEMM1 frees), four lost (Mixtral-8x7B T = 8 / 16 / 32 +2.8 / +1.6 / +2.7%, 115-128 tiles in
+// one round or 460-512 units in four: three partial sums a tile to store and add).
 int select_range_split(const ConfigInput& in, const Sm90Config& c, int64_t m_units, int64_t k_units);
+
+// The tiles of config c over a GEMM of m_units weight units expected when each token picks top_k of
+// num_experts experts uniformly at random (an expert's rows binomial): at most max_gemm_tiles.
+double expected_gemm_tiles(const ConfigInput& in, const Sm90Config& c, int64_t m_units);
 
 // The config of a GEMM2 over canonical K ranges that splits at them by default (LayerOptions::
 // range_split): narrow_for_few_tiles(c), unless c splits at its ranges (select_range_split) and the
-// narrowed config would not. Llama-4 / Mixtral-8x7B at T=2: the narrowed tiles fill the SMs once
+// narrowed config's split would not take strictly fewer chunks a SM. Llama-4 / Mixtral-8x7B at T=2: the narrowed tiles fill the SMs once
 // (a round of 128 / 224 chunks), the 4-consumer ones split take one round of 64-chunk units / two
 // of 56 (with Mixtral's ranges of 64 then, the split measured 6-7% / 15% faster on an H200, session
 // 25).
