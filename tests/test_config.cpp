@@ -351,9 +351,9 @@ TEST(SelectConfig, CanonicalRangesAreFewOfOneLength) {
 }
 
 // GEMM2 over canonical K ranges (more than kRangeChunks = 64 K chunks): split into all its ranges
-// where, by the tiles expected under uniform routing, that takes fewer chunks a SM in rounds of
-// range-long units than whole tiles take, or as many with two ranges; with 16-token tiles only, at
-// most kMaxSplitUnits units by the tile bound; never where K is one range.
+// where that takes fewer chunks a SM in rounds of range-long units than whole tiles take, by the tile
+// bound with two ranges and by the tiles expected under uniform routing with more; with 16-token
+// tiles only, at most kMaxSplitUnits units by the tile bound; never where K is one range.
 TEST(SelectConfig, RangeSplitOnlyForFewDecodeTilesOverManyRanges) {
   Sm90Config bn16;
   bn16.tile_tokens = 16;
@@ -370,21 +370,19 @@ TEST(SelectConfig, RangeSplitOnlyForFewDecodeTilesOverManyRanges) {
   EXPECT_EQ(select_range_split(scout, bn16_c2, 80, 65), 2);   // 64 + 1
   scout.num_tokens = 0;
   EXPECT_EQ(select_range_split(scout, bn16_c2, 80, 128), 1);
-  // Each T below: the expected tiles (uniform routing over 16 experts), the tile bound.
-  // T=2: 77.5 narrowed tiles (80): 155 units in two rounds of 64 chunks, as many as one round of
-  // 128, and two ranges split on a tie.
+  // T=2: 80 narrowed tiles: 160 units take two rounds of 64 chunks, no fewer than one of 128.
   scout.num_tokens = 2;
-  EXPECT_NEAR(expected_gemm_tiles(scout, bn16_c2, 80), 40 * 16 * (1 - std::pow(15.0 / 16, 2)), 1e-9);
-  EXPECT_EQ(select_range_split(scout, bn16_c2, 80, 128), 2);
-  // T=16: 206 tiles (320): four rounds of 64 against two of 128; T=32: 279 (340), five against
-  // three; T=128: 321 (460), 642 units by the tiles expected, 920 by the bound; T=512: 47 token
-  // tiles at most, 1880 units, past kMaxSplitUnits.
+  EXPECT_EQ(select_range_split(scout, bn16_c2, 80, 128), 1);
+  // T=8: at most 8 token tiles x 20 m-blocks: 320 units in three rounds of 64 chunks, against two of
+  // 128; T=16: 640 units in five rounds against three; T=32: 17 token tiles, 680 units in six rounds,
+  // no fewer chunks than three of 128 (though 279 tiles are expected: the bound decides); T=512: 47
+  // token tiles, 1880 units, past kMaxSplitUnits.
+  scout.num_tokens = 8;
+  EXPECT_EQ(select_range_split(scout, bn16, 80, 128), 2);
   scout.num_tokens = 16;
   EXPECT_EQ(select_range_split(scout, bn16, 80, 128), 2);
   scout.num_tokens = 32;
-  EXPECT_EQ(select_range_split(scout, bn16, 80, 128), 2);
-  scout.num_tokens = 128;
-  EXPECT_EQ(select_range_split(scout, bn16, 80, 128), 2);
+  EXPECT_EQ(select_range_split(scout, bn16, 80, 128), 1);
   scout.num_tokens = 512;
   EXPECT_EQ(max_gemm_tiles(scout, bn16, 80), 940);
   EXPECT_EQ(select_range_split(scout, bn16, 80, 128), 1);
@@ -435,12 +433,11 @@ TEST(SelectConfig, RangedGemmTwoKeepsTheWideTileWhereOnlyItSplits) {
   // T=1: the narrowed tiles split (Scout 40 tiles, 80 units; Mixtral 64 tiles, 256 units).
   EXPECT_EQ(select_ranged_gemm2(scout, wide, 80, 128).name(), narrow.name());
   EXPECT_EQ(select_ranged_gemm2(mixtral, wide, 64, 224).name(), narrow.name());
-  // T=2: the narrowed tiles' split takes no fewer chunks a SM than they do whole (Scout 77.5 tiles
-  // expected in one round of 128 chunks, or two of 64; Mixtral 112 tiles, one round of 224 against
-  // four of 56); the wide ones split in fewer (39 tiles, 78 units in one round; 56 tiles, 224
-  // units in two).
+  // T=2: the narrowed tiles would not split (Scout 80 tiles in one round of 128 chunks, against two
+  // of 64; Mixtral 112 tiles expected, one round of 224 against four of 56); the wide ones do (40
+  // tiles, 80 units in one round; 56 tiles expected, 224 units in two).
   scout.num_tokens = mixtral.num_tokens = 2;
-  EXPECT_EQ(select_range_split(scout, narrow, 80, 128), 2);  // (a tie: two ranges split)
+  EXPECT_EQ(select_range_split(scout, narrow, 80, 128), 1);
   EXPECT_EQ(select_ranged_gemm2(scout, wide, 80, 128).name(), wide.name());
   EXPECT_EQ(select_range_split(mixtral, narrow, 64, 224), 1);
   EXPECT_EQ(select_ranged_gemm2(mixtral, wide, 64, 224).name(), wide.name());

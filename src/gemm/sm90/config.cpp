@@ -94,44 +94,20 @@ double expected_gemm_tiles(const ConfigInput& in, const Sm90Config& c, int64_t m
   return std::min(tiles, double(max_gemm_tiles(in, c, m_units)));
 }
 
-namespace {
-
-// A GEMM2 over ranges on config c: its ranges, the chunks a SM runs in rounds of range-long units
-// and in rounds of whole tiles (by the tiles expected under uniform random routing); no ranges
-// where c cannot split (not BN16, K one range, more than kMaxSplitUnits units by the tile bound).
-struct RangeRounds {
-  int64_t ranges = 1;
-  int64_t split_chunks = 0;
-  int64_t whole_chunks = 0;
-};
-
-RangeRounds range_rounds(const ConfigInput& in, const Sm90Config& c, int64_t m_units, int64_t k_units) {
-  RangeRounds r;
-  if (c.tile_tokens != 16 || k_units <= kRangeChunks || in.num_sms <= 0) return r;
+int select_range_split(const ConfigInput& in, const Sm90Config& c, int64_t m_units, int64_t k_units) {
+  if (c.tile_tokens != 16 || k_units <= kRangeChunks || in.num_sms <= 0) return 1;
   const int64_t ranges = k_range_count(k_units);
   const int64_t bound = max_gemm_tiles(in, c, m_units);
-  if (bound <= 0 || bound * ranges > kMaxSplitUnits) return r;
-  const double tiles = expected_gemm_tiles(in, c, m_units);
-  auto rounds = [&](double units) { return int64_t(std::ceil(units / in.num_sms - 1e-9)); };
-  r.ranges = ranges;
-  r.split_chunks = rounds(tiles * double(ranges)) * k_range_chunks(k_units);
-  r.whole_chunks = rounds(tiles) * k_units;
-  return r;
-}
-
-}  // namespace
-
-int select_range_split(const ConfigInput& in, const Sm90Config& c, int64_t m_units, int64_t k_units) {
-  const RangeRounds r = range_rounds(in, c, m_units, k_units);
-  if (r.ranges < 2) return 1;
-  return r.split_chunks < r.whole_chunks || (r.split_chunks == r.whole_chunks && r.ranges == 2) ? int(r.ranges) : 1;
+  if (bound <= 0 || bound * ranges > kMaxSplitUnits) return 1;
+  // The tiles that decide: the bound with two ranges, the expected count with more (config.h).
+  const double tiles = ranges > 2 ? expected_gemm_tiles(in, c, m_units) : double(bound);
+  auto rounds = [&](double units) { return int64_t(std::ceil(units / double(in.num_sms) - 1e-9)); };
+  return rounds(tiles * double(ranges)) * k_range_chunks(k_units) < rounds(tiles) * k_units ? int(ranges) : 1;
 }
 
 Sm90Config select_ranged_gemm2(const ConfigInput& in, const Sm90Config& c, int64_t m_units, int64_t k_units) {
   const Sm90Config narrow = narrow_for_few_tiles(in, c, m_units);
-  if (narrow.name() == c.name()) return c;
-  const RangeRounds n = range_rounds(in, narrow, m_units, k_units);
-  if (n.ranges > 1 && n.split_chunks < n.whole_chunks) return narrow;
+  if (narrow.name() == c.name() || select_range_split(in, narrow, m_units, k_units) > 1) return narrow;
   return select_range_split(in, c, m_units, k_units) > 1 ? c : narrow;
 }
 

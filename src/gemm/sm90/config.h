@@ -75,14 +75,19 @@ constexpr int64_t kMinTwoWaySplitChunks = 20;
 // GEMM2 kernel of such a layer sums K range by range, so a split into one work unit per range gives
 // the same bits (batch-invariant, unlike select_split_k's). Returns the number of ranges where config
 // c has 16-token tiles, at most kMaxSplitUnits units by the tile bound (max_gemm_tiles, what the
-// workspace holds), and, by the tiles expected under uniform random routing (expected_gemm_tiles),
-// fewer chunks a SM in rounds of range-long units than in rounds of whole tiles, or as many with two
-// ranges; else 1. E.g. Llama-4-Scout T=1 (40 tiles of 128 chunks: 80 units of 64 on 132 SMs),
-// Mixtral-8x7B T=1 (64 tiles of 224: 256 units of 56 in two rounds), Llama-4-Scout T=16 (206 tiles
-// expected: two rounds of 128 chunks or four of 64). The tie's rule is measured (H200, sessions 24
-// and 30): two ranges won there (Scout T=8 -3.4%, T=16 -4.8%: shorter units spread better over the
-// SMs GEMM1 frees), four lost (Mixtral-8x7B T = 8 / 16 / 32 +2.8 / +1.6 / +2.7%, 115-128 tiles in
-// one round or 460-512 units in four: three partial sums a tile to store and add).
+// workspace holds), and fewer chunks a SM in rounds of range-long units than in rounds of whole
+// tiles; else 1. The tiles that decide: with two ranges (Llama-4) the bound, with more (Mixtral-
+// 8x7B's four) those expected under uniform random routing (expected_gemm_tiles). That choice is
+// measured, not modelled (H200, session 30, bench/results/2026-12-02_h200_s30_run2.txt): with four
+// ranges the expected count decided all eight points (T = 1-5 split, -10.5 / -11.2% at T = 4 / 5
+// against no split; T = 8 / 16 / 32 not, where a split lost 1.6-3.7%), the bound four of them
+// wrong (T = 4 / 5 / 16 / 32); with two the bound decided nine of ten points where a split was
+// compared with none (not Scout T=6, whose split won 9%), the expected count (a tie split) six
+// wrong (Scout T = 4 / 12 / 32 split lost 3.0 / 4.8 / 4.5%, Maverick T = 4 / 12 / 24 2.6-3.3%). No
+// count of tiles explains Llama-4's points: Scout T = 12 and 16 had 8 experts, 160 tiles each, and
+// the split lost 4.8% at one and won 4.8% at the other (GEMM2's units wait on the GEMM1 tiles they
+// overlap). E.g. Llama-4-Scout T=1 (40 tiles of 128 chunks: 80 units of 64 on 132 SMs), Mixtral-8x7B
+// T=1 (64 tiles of 224: 256 units of 56 in two rounds).
 int select_range_split(const ConfigInput& in, const Sm90Config& c, int64_t m_units, int64_t k_units);
 
 // The tiles of config c over a GEMM of m_units weight units expected when each token picks top_k of
@@ -91,7 +96,7 @@ double expected_gemm_tiles(const ConfigInput& in, const Sm90Config& c, int64_t m
 
 // The config of a GEMM2 over canonical K ranges that splits at them by default (LayerOptions::
 // range_split): narrow_for_few_tiles(c), unless c splits at its ranges (select_range_split) and the
-// narrowed config's split would not take strictly fewer chunks a SM. Llama-4 / Mixtral-8x7B at T=2: the narrowed tiles fill the SMs once
+// narrowed config would not. Llama-4 / Mixtral-8x7B at T=2: the narrowed tiles fill the SMs once
 // (a round of 128 / 224 chunks), the 4-consumer ones split take one round of 64-chunk units / two
 // of 56 (with Mixtral's ranges of 64 then, the split measured 6-7% / 15% faster on an H200, session
 // 25).
