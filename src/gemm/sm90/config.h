@@ -78,8 +78,9 @@ constexpr int64_t kMinTwoWaySplitChunks = 20;
 // workspace holds), and fewer chunks a SM in rounds of range-long units than in rounds of whole
 // tiles; else 1. The tiles that decide: with two ranges (Llama-4) the bound, with more (Mixtral-
 // 8x7B's four) those expected under uniform random routing (expected_gemm_tiles). That choice is
-// measured, not modelled (H200, session 30, bench/results/2026-12-02_h200_s30_run2.txt): with four
-// ranges the expected count decided all eight points (T = 1-5 split, -10.5 / -11.2% at T = 4 / 5
+// measured, not modelled (H200, session 30,
+// bench/results/2026-12-02_h200_s30_run2_range-rule_2b57c7c.txt): with four ranges the expected
+// count decided all eight points (T = 1-5 split, -10.5 / -11.2% at T = 4 / 5
 // against no split; T = 8 / 16 / 32 not, where a split lost 1.6-3.7%), the bound four of them
 // wrong (T = 4 / 5 / 16 / 32); with two the bound decided nine of ten points where a split was
 // compared with none (not Scout T=6, whose split won 9%), the expected count (a tie split) six
