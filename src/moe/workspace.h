@@ -107,7 +107,7 @@ struct WorkspaceLayout {
   size_t x = 0;            // bf16 tiled [x_k/64][rows_cap][64]
   size_t h = 0;            // bf16 tiled [h_k/64][rows_cap][64]
   size_t y = 0;            // bf16 [rows_cap, H]: weighted expert outputs
-  // Split-K (only with LayerOptions::split_k, else empty):
+  // Split-K (with LayerOptions::split_k, or a GEMM2 over K ranges that may split at them; else empty):
   size_t split_partial = 0;  // fp32 [kMaxSplitUnits][kSplitUnitFloats]: partial sums
   size_t split_count = 0;    // int32 [2][kSplitCounters]: arrivals per (tile, consumer), GEMM1 then GEMM2
   int split_counters = 0;    // 2 * kSplitCounters with split-K, else 0 (what the plan kernel zeroes)

@@ -75,9 +75,12 @@ double expected_gemm_tiles(const ConfigInput& in, const Sm90Config& c, int64_t m
   } else {
     const double q = 1 - p;
     const int64_t mode = std::min<int64_t>(t, int64_t(double(t + 1) * p));
-    const double at_mode = std::exp(std::lgamma(double(t) + 1) - std::lgamma(double(mode) + 1) -
-                                    std::lgamma(double(t - mode) + 1) + double(mode) * std::log(p) +
-                                    double(t - mode) * std::log1p(-p));
+    // log C(t, mode) as a sum of logs (std::lgamma writes the global signgam: forwards on several
+    // host threads select configs at once).
+    double log_choose = 0;
+    const int64_t k = std::min(mode, t - mode);
+    for (int64_t i = 1; i <= k; ++i) log_choose += std::log(double(t - k + i) / double(i));
+    const double at_mode = std::exp(log_choose + double(mode) * std::log(p) + double(t - mode) * std::log1p(-p));
     token_tiles = at_mode * tiles_of(mode);
     double pmf = at_mode;
     for (int64_t r = mode; r < t && pmf > 1e-30 * at_mode; ++r) {

@@ -64,9 +64,9 @@ Sm90Config narrow_for_few_tiles(const ConfigInput& in, const Sm90Config& c, int6
 constexpr int kNarrowDecodeConfig = 8;
 
 // Split-K ranges for one GEMM of a forward with LayerOptions::split_k (1: none): only configs with a
-// 16-token tile, only when at most half the SMs would have a tile. Tiles are bounded from the token count
-// (max_gemm_tiles); each SM then gets
-// a K range, up to 8 ranges of at least 4 chunks, at most kMaxSplitUnits work units.
+// 16-token tile, only when at most half the SMs would have a tile. Tiles are bounded from the token
+// count (max_gemm_tiles); each SM then gets a K range, up to 8 ranges of at least 4 chunks, at most
+// kMaxSplitUnits work units.
 // A split in two needs ranges of at least kMinTwoWaySplitChunks chunks.
 int select_split_k(const ConfigInput& in, const Sm90Config& c, int64_t m_units, int64_t k_units);
 constexpr int64_t kMinTwoWaySplitChunks = 20;

@@ -989,8 +989,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   // GEMM2 split at its canonical K ranges (kRanged) range r, chunks [r * p.k_range_chunks,
   // min((r + 1) * p.k_range_chunks, k_units)), each unit one range, whose K loop sums it from zero.
   // (32-bit: 64-bit arithmetic here cost the BN16 K loop 8 instructions, uniform-register moves.)
-  // (select_split_k keeps num_tiles * split <= kMaxSplitUnits for every routing and split <= k_units / 4;
-  // launch_traits refuses a split past k_units. Re-checking here made ptxas spill the BN16 kernels.)
+  // (select_split_k, also keeping split <= k_units / 4, and select_range_split keep num_tiles * split
+  // <= kMaxSplitUnits for every routing; launch_traits refuses a split past k_units. Re-checking here
+  // made ptxas spill the BN16 kernels.)
   const int split = T::kBN == 16 ? (T::kGemm1 ? p.split_k1 : p.split_k2) : 1;
   const int64_t num_work = num_tiles * split;
   auto k_begin = [&](uint32_t r) {
