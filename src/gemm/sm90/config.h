@@ -84,10 +84,11 @@ constexpr int64_t kMinTwoWaySplitChunks = 20;
 // T = 8 / 16 / 32 not, where a split lost 1.6-3.7%), the bound four of them wrong (T = 4 / 5 / 16
 // / 32); with two the bound decided nine of ten points where a split was compared with none (not
 // Scout T=6, whose split won 9%), the expected count (a tie split) six wrong (Scout T = 4 / 12 / 32
-// split lost 3.0 / 4.8 / 4.5%, Maverick T = 4 / 12 / 24 2.6-3.3%). No count of tiles explains Llama-4's points: Scout T = 12 and 16 had 8 experts, 160 tiles each, and
-// the split lost 4.8% at one and won 4.8% at the other (GEMM2's units wait on the GEMM1 tiles they
-// overlap). E.g. Llama-4-Scout T=1 (40 tiles of 128 chunks: 80 units of 64 on 132 SMs), Mixtral-8x7B
-// T=1 (64 tiles of 224: 256 units of 56 in two rounds).
+// split lost 3.0 / 4.8 / 4.5%, Maverick T = 4 / 12 / 24 2.6-3.3%). No count of tiles explains
+// Llama-4's points: Scout T = 12 and 16 had 8 experts, 160 tiles each, and the split lost 4.8% at
+// one and won 4.8% at the other (GEMM2's units wait on the GEMM1 tiles they overlap). E.g.
+// Llama-4-Scout T=1 (40 tiles of 128 chunks: 80 units of 64 on 132 SMs), Mixtral-8x7B T=1 (64 tiles
+// of 224: 256 units of 56 in two rounds).
 int select_range_split(const ConfigInput& in, const Sm90Config& c, int64_t m_units, int64_t k_units);
 
 // The tiles of config c over a GEMM of m_units weight units expected when each token picks top_k of
