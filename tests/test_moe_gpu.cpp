@@ -1265,6 +1265,80 @@ INSTANTIATE_TEST_SUITE_P(Layers, Gemm2OverKRangesTest,
                            return n;
                          });
 
+// GEMM2 split at its K ranges with more than 512 work units (kMaxSplitUnits, workspace.h, was 512
+// until session 29): Llama-4-Scout's own shapes (H 5120: 20 four-consumer m-blocks; I 8192: two
+// ranges), every token on its own expert of the 16 in turn, so that at 16 tokens or more each
+// expert holds one 16-token tile: 16 x 20 tiles, 640 units, whose partial sums reach past the first
+// 512 units' slots. The smallest such batch that the rule splits on this GPU (T = 14-31 on 132 SMs),
+// against the same layer with range_split off (same bits: those kernels sum the ranges in one unit),
+// and its first tokens alone. (The weights are dummy ones made on the GPU: 1.1 GB a layer, too many
+// for the host reference; the other tests check the split against it at smaller shapes.)
+TEST(MoeGpu, Gemm2RangeSplitPastFiveHundredTwelveUnitsGivesTheUnsplitBits) {
+  FP4MOE_REQUIRE_GPU();
+  const int num_sms = sm_count();
+  ASSERT_GT(num_sms, 0) << "cannot read the GPU's SM count";
+  MoeProblem p;
+  ASSERT_OK(get_preset("llama4-scout", &p));
+  p.max_tokens = 48;
+  ASSERT_TRUE(gemm2_has_ranges(p.intermediate_size));
+  const uint64_t seed = testing::test_seed() + 53;
+  LayerOptions opt;
+  opt.path = KernelPath::kSm90;
+  std::unique_ptr<MoeLayer> layer, unsplit;
+  Status st = MoeLayer::create_dummy(p, seed, opt, &layer);
+  if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.to_string();
+  ASSERT_OK(st);
+  opt.range_split = false;
+  ASSERT_OK(MoeLayer::create_dummy(p, seed, opt, &unsplit));
+  const int64_t E = p.num_experts(), H = p.hidden_size;
+  ASSERT_EQ(p.top_k(), 1);
+  ASSERT_EQ(E, 16);
+  int64_t T = 0;
+  for (int64_t t = E; t <= p.max_tokens && T == 0; ++t)
+    if (layer->kernel_info(t).gemm2.find("split at them") != std::string::npos) T = t;
+  if (T == 0) {
+    // (132 SMs, an H100 SXM's or an H200's, split at T = 14-31 when this test was written)
+    ASSERT_LT(num_sms, 132) << "no batch of 16-48 tokens splits GEMM2 at its ranges: " << layer->kernel_info(24).gemm2;
+    GTEST_SKIP() << "no batch of 16-48 tokens splits GEMM2 at its ranges on " << num_sms << " SMs";
+  }
+  const std::string what = "llama4-scout T=" + std::to_string(T);
+  EXPECT_NE(layer->kernel_info(T).gemm2.find("sm90_moe_gemm2_wgmma_rs(BN16_C4"), std::string::npos)
+      << what << ": " << layer->kernel_info(T).gemm2 << " (the unit count above assumes 4-consumer tiles)";
+  auto rng = make_rng(seed);
+  auto hidden = testing::random_hidden(rng, T, H);
+  std::vector<int32_t> ids(static_cast<size_t>(T));
+  std::vector<float> w(ids.size());
+  for (int64_t t = 0; t < T; ++t) {
+    ids[t] = int32_t(t % E);
+    w[t] = 0.25f + 0.5f * float(t) / float(T);
+  }
+  GpuRun split, off;
+  run_forward(*layer, hidden, {}, T, &split, &ids, &w);
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_GT(testing::abs_sum_bf16(split.out), 0.0) << what << ": all zero";
+  const std::vector<float> got = testing::bf16_to_floats(split.out);
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_FALSE(std::isnan(got[i])) << what << ": NaN (unwritten?) at " << i;
+  run_forward(*unsplit, hidden, {}, T, &off, &ids, &w);
+  ASSERT_FALSE(HasFatalFailure());
+  EXPECT_EQ(std::memcmp(off.out.data(), split.out.data(), split.out.size() * 2), 0)
+      << what << ": range_split off (" << unsplit->kernel_info(T).gemm2 << ") against on ("
+      << layer->kernel_info(T).gemm2 << ")";
+  GpuRun again;
+  run_forward(*layer, hidden, {}, T, &again, &ids, &w);
+  EXPECT_EQ(std::memcmp(again.out.data(), split.out.data(), split.out.size() * 2), 0) << what << ": not deterministic";
+  // Token t alone, with its routing given, gives the batch's row (T=1 splits too, at 20 x 2 units).
+  for (int64_t t : {int64_t(0), T - 1}) {
+    const std::vector<uint16_t> h(hidden.begin() + t * H, hidden.begin() + (t + 1) * H);
+    const std::vector<int32_t> id1{ids[t]};
+    const std::vector<float> w1{w[t]};
+    GpuRun one;
+    run_forward(*layer, h, {}, 1, &one, &id1, &w1);
+    ASSERT_FALSE(HasFatalFailure());
+    EXPECT_EQ(std::memcmp(one.out.data(), split.out.data() + t * H, size_t(H) * 2), 0)
+        << what << ": token " << t << " alone (" << layer->kernel_info(1).gemm2 << ") differs from the batch";
+  }
+}
+
 // Split-K with ranges of unequal, odd chunk counts (DeepSeek-R1/8: GEMM1's 14 chunks in ranges of
 // 4, 5, 5) on expert-parallel shards (local expert ids offset by expert_begin).
 TEST(MoeGpu, SplitKOnExpertParallelShardsWithUnequalRanges) {
