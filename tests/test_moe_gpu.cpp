@@ -1166,8 +1166,9 @@ TEST(MoeGpu, SplitKMatchesTheReferenceAndIsDeterministic) {
 // partial and of a two-chunk one odd) and Mixtral's own I 14336 (four ranges of 56), and
 // Llama-4-like (I 8192: two ranges of 64; top-1, router weight on the input), both modes. Each
 // against the reference at T = 1 and 40. One instance per layer and mode (e.g.
-// .../mixtral_8x7b_I16832_w4a16), so that a sanitizer can run one: the six together did not finish
-// in 330 s under racecheck (session 26).
+// .../mixtral_8x7b_I16832_w4a16), and the default configs apart from the every-config sweep, so
+// that a sanitizer can run a part: one instance of both together did not finish in 330 s under
+// racecheck (sessions 26-27), the default part of one took about 40 forwards fewer.
 struct RangeLayer {
   const char* preset;
   int64_t inter;
@@ -1176,81 +1177,121 @@ struct RangeLayer {
 constexpr RangeLayer kRangeLayers[] = {
     {"mixtral-8x7b", 16832, 5}, {"mixtral-8x7b", 14336, 4}, {"llama4-scout", 8192, 2}};
 
-class Gemm2OverKRangesTest : public ::testing::TestWithParam<std::tuple<RangeLayer, Mode>> {};
-
-TEST_P(Gemm2OverKRangesTest, GivesTheSameBitsSplitOrNotInEveryConfigAndBatch) {
-  FP4MOE_REQUIRE_GPU();
-  const RangeLayer& c = std::get<0>(GetParam());
-  const Mode mode = std::get<1>(GetParam());
-  MoeProblem p;
-  ASSERT_OK(get_preset(c.preset, &p));
-  p.name = std::string(c.preset) + "/ranges I=" + std::to_string(c.inter);
-  p.hidden_size = 256;
-  p.intermediate_size = c.inter;
-  p.mode = mode;
-  p.max_tokens = 300;
-  ASSERT_TRUE(gemm2_has_ranges(p.intermediate_size));
-  const uint64_t seed = testing::test_seed() + 41;
-  LayerOptions opt;
-  opt.path = KernelPath::kSm90;
-  std::unique_ptr<MoeLayer> layer, unsplit;
-  Status st = MoeLayer::create_dummy(p, seed, opt, &layer);
-  if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.to_string();
-  ASSERT_OK(st);
-  opt.range_split = false;
-  ASSERT_OK(MoeLayer::create_dummy(p, seed, opt, &unsplit));
-  const HostMoeWeights hw = make_random_weights(p, seed);
-  const std::string what0 = p.name + " " + to_string(mode);
-  // (at T=1 GEMM2 has at most 2 experts x 4 units / 2 consumers = 4 narrowed tiles: it splits on
-  // any GPU of 12 SMs or more)
-  EXPECT_NE(layer->kernel_info(1).gemm2.find("split at them"), std::string::npos)
-      << what0 << ": " << layer->kernel_info(1).gemm2;
-  EXPECT_EQ(unsplit->kernel_info(1).gemm2.find("split at them"), std::string::npos)
-      << what0 << ": " << unsplit->kernel_info(1).gemm2;
-  const std::string ranges = "K in " + std::to_string(c.ranges) + " ranges";
-  EXPECT_NE(unsplit->kernel_info(1).gemm2.find(ranges), std::string::npos)
-      << what0 << ": " << unsplit->kernel_info(1).gemm2;
-  auto rng = make_rng(seed);
-  const int64_t T_batch = 300, H = p.hidden_size, E = p.num_experts();
-  for (int64_t T : {int64_t(1), int64_t(6), int64_t(40), int64_t(150), T_batch}) {
-    // T=150: every token on the same experts, 150 rows each: the BN128 configs run a full tile and
-    // a 22-row tail in the BN32 tail launch (its range totals in the slots the main launch used).
-    const bool same_experts = T == 150;
-    auto hidden = testing::random_hidden(rng, T, H);
-    auto logits = testing::random_logits(rng, T, E);
-    std::vector<int32_t> ids(size_t(T) * p.top_k());
-    std::vector<float> w(ids.size());
-    for (int64_t t = 0; t < T; ++t)
-      for (int k = 0; k < p.top_k(); ++k) {
-        ids[t * p.top_k() + k] = (3 * k + 1) % int(E);
-        w[t * p.top_k() + k] = 0.4f + 0.1f * k;
+class Gemm2OverKRangesTest : public ::testing::TestWithParam<std::tuple<RangeLayer, Mode>> {
+ protected:
+  // The layer with the default range split and one with it off (same seed, same weights), and the
+  // batches: T = 1, 6, 40, 150 (every token on the same experts, 150 rows each: the BN128 configs run
+  // a full tile and a 22-row tail in the BN32 tail launch, its range totals in the slots the main
+  // launch used) and 300, each with the default layer's output (base).
+  struct Batch {
+    int64_t T;
+    std::vector<uint16_t> hidden;
+    std::vector<float> logits;
+    std::vector<int32_t> ids;  // precomputed routing (T=150 only)
+    std::vector<float> w;
+    std::string what;
+    const std::vector<int32_t>* id_arg() const { return ids.empty() ? nullptr : &ids; }
+    const std::vector<float>* w_arg() const { return w.empty() ? nullptr : &w; }
+  };
+  void SetUp() override {
+    FP4MOE_REQUIRE_GPU();
+    const RangeLayer& c = std::get<0>(GetParam());
+    ASSERT_OK(get_preset(c.preset, &p_));
+    p_.name = std::string(c.preset) + "/ranges I=" + std::to_string(c.inter);
+    p_.hidden_size = 256;
+    p_.intermediate_size = c.inter;
+    p_.mode = std::get<1>(GetParam());
+    p_.max_tokens = 300;
+    ASSERT_TRUE(gemm2_has_ranges(p_.intermediate_size));
+    seed_ = testing::test_seed() + 41;
+    LayerOptions opt;
+    opt.path = KernelPath::kSm90;
+    Status st = MoeLayer::create_dummy(p_, seed_, opt, &layer_);
+    if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.to_string();
+    ASSERT_OK(st);
+    opt.range_split = false;
+    ASSERT_OK(MoeLayer::create_dummy(p_, seed_, opt, &unsplit_));
+    what0_ = p_.name + " " + to_string(p_.mode);
+    // (at T=1 GEMM2 has at most 2 experts x 4 units / 2 consumers = 4 narrowed tiles: it splits on
+    // any GPU of 12 SMs or more)
+    EXPECT_NE(layer_->kernel_info(1).gemm2.find("split at them"), std::string::npos)
+        << what0_ << ": " << layer_->kernel_info(1).gemm2;
+    EXPECT_EQ(unsplit_->kernel_info(1).gemm2.find("split at them"), std::string::npos)
+        << what0_ << ": " << unsplit_->kernel_info(1).gemm2;
+    const std::string ranges = "K in " + std::to_string(c.ranges) + " ranges";
+    EXPECT_NE(unsplit_->kernel_info(1).gemm2.find(ranges), std::string::npos)
+        << what0_ << ": " << unsplit_->kernel_info(1).gemm2;
+    auto rng = make_rng(seed_);
+    const int64_t H = p_.hidden_size, E = p_.num_experts();
+    for (int64_t T : {int64_t(1), int64_t(6), int64_t(40), int64_t(150), kBatchT}) {
+      Batch b;
+      b.T = T;
+      b.hidden = testing::random_hidden(rng, T, H);
+      b.logits = testing::random_logits(rng, T, E);
+      const bool same_experts = T == 150;
+      if (same_experts) {
+        b.ids.resize(size_t(T) * p_.top_k());
+        b.w.resize(b.ids.size());
+        for (int64_t t = 0; t < T; ++t)
+          for (int k = 0; k < p_.top_k(); ++k) {
+            b.ids[t * p_.top_k() + k] = (3 * k + 1) % int(E);
+            b.w[t * p_.top_k() + k] = 0.4f + 0.1f * k;
+          }
       }
-    const std::string what = what0 + " T=" + std::to_string(T) + (same_experts ? " same experts" : "");
-    const std::vector<int32_t>* id_arg = same_experts ? &ids : nullptr;
-    const std::vector<float>* w_arg = same_experts ? &w : nullptr;
-    ASSERT_OK(layer->force_sm90_config(""));
-    GpuRun base, off;
-    run_forward(*layer, hidden, logits, T, &base, id_arg, w_arg);
+      b.what = what0_ + " T=" + std::to_string(T) + (same_experts ? " same experts" : "");
+      batches_.push_back(std::move(b));
+    }
+  }
+  // The default layer's output for b (the default config), non-zero.
+  void run_default(const Batch& b, GpuRun* base) {
+    ASSERT_OK(layer_->force_sm90_config(""));
+    run_forward(*layer_, b.hidden, b.logits, b.T, base, b.id_arg(), b.w_arg());
     ASSERT_FALSE(HasFatalFailure());
-    ASSERT_GT(testing::abs_sum_bf16(base.out), 0.0) << what << ": all zero";
-    if (T == 1 || T == 40) expect_matches_reference(p, hw, {}, hidden, base, T, what + " default");
-    run_forward(*unsplit, hidden, logits, T, &off, id_arg, w_arg);
+    ASSERT_GT(testing::abs_sum_bf16(base->out), 0.0) << b.what << ": all zero";
+  }
+  static constexpr int64_t kBatchT = 300;
+  MoeProblem p_;
+  uint64_t seed_ = 0;
+  std::unique_ptr<MoeLayer> layer_, unsplit_;
+  std::string what0_;
+  std::vector<Batch> batches_;
+};
+
+// The default configs: split at the ranges or not, the same bits; against the reference at T = 1 and
+// 40; a token's bits independent of its batch.
+TEST_P(Gemm2OverKRangesTest, GivesTheSameBitsSplitOrNotAndInEveryBatch) {
+  const HostMoeWeights hw = make_random_weights(p_, seed_);
+  for (const Batch& b : batches_) {
+    GpuRun base, off;
+    run_default(b, &base);
+    ASSERT_FALSE(HasFatalFailure());
+    if (b.T == 1 || b.T == 40) expect_matches_reference(p_, hw, {}, b.hidden, base, b.T, b.what + " default");
+    run_forward(*unsplit_, b.hidden, b.logits, b.T, &off, b.id_arg(), b.w_arg());
     EXPECT_EQ(std::memcmp(off.out.data(), base.out.data(), base.out.size() * 2), 0)
-        << what << ": range_split off (" << unsplit->kernel_info(T).gemm2 << ") against on ("
-        << layer->kernel_info(T).gemm2 << ")";
-    for (MoeLayer* l : {layer.get(), unsplit.get()}) {
+        << b.what << ": range_split off (" << unsplit_->kernel_info(b.T).gemm2 << ") against on ("
+        << layer_->kernel_info(b.T).gemm2 << ")";
+    if (b.T != kBatchT) continue;
+    // The batch's first tokens alone, with a few more, and with the batch's routing given.
+    expect_first_tokens_match_the_batch(*layer_, b.hidden, b.logits, base, b.T, {1, 9}, b.what);
+  }
+}
+
+// Every compiled config, forced, in both layers, gives the default's bits.
+TEST_P(Gemm2OverKRangesTest, GivesTheDefaultBitsInEveryConfig) {
+  for (const Batch& b : batches_) {
+    GpuRun base;
+    run_default(b, &base);
+    ASSERT_FALSE(HasFatalFailure());
+    for (MoeLayer* l : {layer_.get(), unsplit_.get()}) {
       for (const std::string& name : MoeLayer::sm90_config_names()) {
         ASSERT_OK(l->force_sm90_config(name));
         GpuRun run;
-        run_forward(*l, hidden, logits, T, &run, id_arg, w_arg);
+        run_forward(*l, b.hidden, b.logits, b.T, &run, b.id_arg(), b.w_arg());
         EXPECT_EQ(std::memcmp(run.out.data(), base.out.data(), run.out.size() * 2), 0)
-            << what << " " << l->kernel_info(T).gemm2;
+            << b.what << " " << l->kernel_info(b.T).gemm2;
       }
       ASSERT_OK(l->force_sm90_config(""));
     }
-    if (T != T_batch) continue;
-    // The batch's first tokens alone, with a few more, and with the batch's routing given.
-    expect_first_tokens_match_the_batch(*layer, hidden, logits, base, T, {1, 9}, what);
   }
 }
 

@@ -38,7 +38,10 @@ constexpr int64_t kPlanMultiMinPairs = 16384;
 // kMaxSplitUnits (tile, K range) work units per GEMM, each leaving up to kSplitUnitFloats fp32
 // partial sums (4 consumers x 128 threads x 8): 16 MB, only for layers that may split. (512 until
 // session 29 kept Llama-4 T=16, 320 tiles at most in two ranges, from splitting.)
-constexpr int kMaxSplitUnits = 1024;
+#ifndef FP4MOE_MAX_RANGE_CHUNKS
+#define FP4MOE_MAX_RANGE_CHUNKS 64  // (CMake's FP4MOE_MAX_RANGE_CHUNKS: kMaxRangeChunks below)
+#endif
+constexpr int kMaxSplitUnits = FP4MOE_MAX_RANGE_CHUNKS < 64 ? 2048 : 1024;
 constexpr int kSplitUnitFloats = 4 * 128 * 8;
 constexpr int kSplitCounters = kMaxSplitUnits * 4;  // per GEMM: one per (tile, consumer)
 
@@ -58,7 +61,7 @@ constexpr int kRangeSlotFloats = 4 * 128 * 64;
 // accumulators through L2 (Mixtral with two ranges of 112: prefill -1%, T=1 -7.8%, but T=2 +5.7%
 // and T=3 slower, whose 96 tiles then did not split; session 25, run 3), while more, shorter units
 // balance a decode split better over the SMs GEMM1 frees.
-constexpr int kMaxRangeChunks = 64;
+constexpr int kMaxRangeChunks = FP4MOE_MAX_RANGE_CHUNKS;
 static_assert(kMaxRangeChunks % 4 == 0 && kMaxRangeChunks <= kRangeChunks, "K ranges: lengths");
 // The canonical range length of k_chunks K chunks (all of them where they are one range), the
 // number of ranges, and whether a GEMM2 over a local intermediate size of local_inter has more than
