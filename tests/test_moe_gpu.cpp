@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -1343,6 +1344,7 @@ TEST(MoeGpu, Gemm2RangeSplitPastFiveHundredTwelveUnitsGivesTheUnsplitBits) {
     GTEST_SKIP() << "no batch of 16-48 tokens splits GEMM2 at its ranges on " << num_sms << " SMs";
   }
   const std::string what = "llama4-scout T=" + std::to_string(T);
+  std::printf("[fp4moe] %s: %s\n", what.c_str(), layer->kernel_info(T).gemm2.c_str());
   EXPECT_NE(layer->kernel_info(T).gemm2.find("sm90_moe_gemm2_wgmma_rs(BN16_C4"), std::string::npos)
       << what << ": " << layer->kernel_info(T).gemm2 << " (the unit count above assumes 4-consumer tiles)";
   auto rng = make_rng(seed);
