@@ -1168,8 +1168,9 @@ TEST(MoeGpu, SplitKMatchesTheReferenceAndIsDeterministic) {
 // Llama-4-like (I 8192: two ranges of 64; top-1, router weight on the input), both modes. Each
 // against the reference at T = 1 and 40. One instance per layer and mode (e.g.
 // .../mixtral_8x7b_I16832_w4a16), and the default configs apart from the every-config sweep, so
-// that a sanitizer can run a part: one instance of both together did not finish in 330 s under
-// racecheck (sessions 26-27), the default part of one took about 40 forwards fewer.
+// that a sanitizer can run a part: under racecheck the six instances of the whole did not finish in
+// 330 s (session 26), nor one in 170 s (session 27); the default part is 13 of an instance's 113
+// forwards (all six under racecheck in 126 s, session 31).
 struct RangeLayer {
   const char* preset;
   int64_t inter;
@@ -1183,9 +1184,9 @@ class Gemm2OverKRangesTest : public ::testing::TestWithParam<std::tuple<RangeLay
   // The layer with the default range split and one with it off (same seed, same weights), and the
   // batches: T = 1, 6, 40, 150 (every token on the same experts, 150 rows each: the BN128 configs run
   // a full tile and a 22-row tail in the BN32 tail launch, its range totals in the slots the main
-  // launch used) and 300, each with the default layer's output (base).
+  // launch used) and 300; run_default gives a batch's default output (base).
   struct Batch {
-    int64_t T;
+    int64_t T = 0;
     std::vector<uint16_t> hidden;
     std::vector<float> logits;
     std::vector<int32_t> ids;  // precomputed routing (T=150 only)
@@ -1202,7 +1203,7 @@ class Gemm2OverKRangesTest : public ::testing::TestWithParam<std::tuple<RangeLay
     p_.hidden_size = 256;
     p_.intermediate_size = c.inter;
     p_.mode = std::get<1>(GetParam());
-    p_.max_tokens = 300;
+    p_.max_tokens = kBatchT;
     ASSERT_TRUE(gemm2_has_ranges(p_.intermediate_size));
     seed_ = testing::test_seed() + 41;
     LayerOptions opt;
@@ -1268,6 +1269,7 @@ TEST_P(Gemm2OverKRangesTest, GivesTheSameBitsSplitOrNotAndInEveryBatch) {
     ASSERT_FALSE(HasFatalFailure());
     if (b.T == 1 || b.T == 40) expect_matches_reference(p_, hw, {}, b.hidden, base, b.T, b.what + " default");
     run_forward(*unsplit_, b.hidden, b.logits, b.T, &off, b.id_arg(), b.w_arg());
+    ASSERT_FALSE(HasFatalFailure());
     EXPECT_EQ(std::memcmp(off.out.data(), base.out.data(), base.out.size() * 2), 0)
         << b.what << ": range_split off (" << unsplit_->kernel_info(b.T).gemm2 << ") against on ("
         << layer_->kernel_info(b.T).gemm2 << ")";
@@ -1288,6 +1290,7 @@ TEST_P(Gemm2OverKRangesTest, GivesTheDefaultBitsInEveryConfig) {
         ASSERT_OK(l->force_sm90_config(name));
         GpuRun run;
         run_forward(*l, b.hidden, b.logits, b.T, &run, b.id_arg(), b.w_arg());
+        ASSERT_FALSE(HasFatalFailure());
         EXPECT_EQ(std::memcmp(run.out.data(), base.out.data(), run.out.size() * 2), 0)
             << b.what << " " << l->kernel_info(b.T).gemm2;
       }
@@ -1313,7 +1316,7 @@ INSTANTIATE_TEST_SUITE_P(Layers, Gemm2OverKRangesTest,
 // expert holds one 16-token tile: 16 x 20 tiles, 640 units, whose partial sums reach past the first
 // 512 units' slots. The smallest such batch that the rule splits on this GPU (T = 14-31 on 132 SMs),
 // against the same layer with range_split off (same bits: those kernels sum the ranges in one unit),
-// and its first tokens alone. (The weights are dummy ones made on the GPU: 1.1 GB a layer, too many
+// and its first and last tokens alone. (The weights are dummy ones made on the GPU: 1.1 GB a layer, too many
 // for the host reference; the other tests check the split against it at smaller shapes.)
 TEST(MoeGpu, Gemm2RangeSplitPastFiveHundredTwelveUnitsGivesTheUnsplitBits) {
   FP4MOE_REQUIRE_GPU();
@@ -1368,8 +1371,10 @@ TEST(MoeGpu, Gemm2RangeSplitPastFiveHundredTwelveUnitsGivesTheUnsplitBits) {
       << layer->kernel_info(T).gemm2 << ")";
   GpuRun again;
   run_forward(*layer, hidden, {}, T, &again, &ids, &w);
+  ASSERT_FALSE(HasFatalFailure());
   EXPECT_EQ(std::memcmp(again.out.data(), split.out.data(), split.out.size() * 2), 0) << what << ": not deterministic";
-  // Token t alone, with its routing given, gives the batch's row (T=1 splits too, at 20 x 2 units).
+  // Token t alone, with its routing given, gives the batch's row (T=1 splits too: the 2-consumer
+  // decode tile, 40 x 2 units).
   for (int64_t t : {int64_t(0), T - 1}) {
     const std::vector<uint16_t> h(hidden.begin() + t * H, hidden.begin() + (t + 1) * H);
     const std::vector<int32_t> id1{ids[t]};

@@ -36,8 +36,9 @@ constexpr int64_t kPlanMultiMinPairs = 16384;
 
 // Split-K (LayerOptions::split_k, and GEMM2's split at its K ranges below; BN16 configs): at most
 // kMaxSplitUnits (tile, K range) work units per GEMM, each leaving up to kSplitUnitFloats fp32
-// partial sums (4 consumers x 128 threads x 8): 16 MB, only for layers that may split. (512 until
-// session 29 kept Llama-4 T=16, 320 tiles at most in two ranges, from splitting.)
+// partial sums (4 consumers x 128 threads x 8): 16 MB, only for layers that may split (2048 units,
+// 32 MB, in the FP4MOE_MAX_RANGE_CHUNKS=32 experiment). (512 until session 29 kept Llama-4 T=16, 320
+// tiles at most in two ranges, from splitting.)
 #ifndef FP4MOE_MAX_RANGE_CHUNKS
 #define FP4MOE_MAX_RANGE_CHUNKS 64  // (CMake's FP4MOE_MAX_RANGE_CHUNKS: kMaxRangeChunks below)
 #endif
