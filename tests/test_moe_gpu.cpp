@@ -1316,8 +1316,8 @@ INSTANTIATE_TEST_SUITE_P(Layers, Gemm2OverKRangesTest,
 // expert holds one 16-token tile: 16 x 20 tiles, 640 units, whose partial sums reach past the first
 // 512 units' slots. The smallest such batch that the rule splits on this GPU (T = 14-31 on 132 SMs),
 // against the same layer with range_split off (same bits: those kernels sum the ranges in one unit),
-// and its first and last tokens alone. (The weights are dummy ones made on the GPU: 1.1 GB a layer, too many
-// for the host reference; the other tests check the split against it at smaller shapes.)
+// and its first and last tokens alone. (The weights are dummy ones made on the GPU: 1.1 GB a layer,
+// too many for the host reference; the other tests check the split against it at smaller shapes.)
 TEST(MoeGpu, Gemm2RangeSplitPastFiveHundredTwelveUnitsGivesTheUnsplitBits) {
   FP4MOE_REQUIRE_GPU();
   const int num_sms = sm_count();
