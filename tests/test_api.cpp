@@ -1,7 +1,11 @@
 // Public API: presets and validate() rejections, each naming the bad field and its value.
 #include <gtest/gtest.h>
 
+#include <string>
+#include <tuple>
+
 #include "fp4moe/moe.h"
+#include "src/common/device_code.h"
 #include "test_util.h"
 
 namespace fp4moe {
@@ -100,6 +104,21 @@ TEST(Validate, ParsesNames) {
   EXPECT_EQ(m, Mode::kW4A4);
   Status s = parse_mode("w8a8", &m);
   EXPECT_NE(s.message().find("'w8a8'"), std::string::npos);
+}
+
+// The device check MoeLayer creation runs first (a device without this build's device code gets
+// Unsupported, naming it, before anything is allocated there).
+TEST(DeviceCode, OnlyHopperRunsThisBuildAndOtherDevicesAreNamed) {
+  EXPECT_OK(check_device_code(0, "NVIDIA H200", 9, 0));
+  for (auto [major, minor, name] : {std::tuple{8, 0, "NVIDIA A100-SXM4-80GB"}, std::tuple{8, 9, "NVIDIA L40S"},
+                                    std::tuple{10, 0, "NVIDIA B200"}, std::tuple{12, 0, "NVIDIA RTX PRO 6000"}}) {
+    const Status s = check_device_code(3, name, major, minor);
+    EXPECT_EQ(s.code(), StatusCode::kUnsupported) << name;
+    const std::string cc = std::to_string(major) + "." + std::to_string(minor);
+    const std::string parts[] = {std::string("device 3 (") + name + ")", "compute capability " + cc, "sm_90a"};
+    for (const std::string& part : parts)
+      EXPECT_NE(s.message().find(part), std::string::npos) << s.message() << " lacks '" << part << "'";
+  }
 }
 
 }  // namespace

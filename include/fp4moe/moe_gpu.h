@@ -20,10 +20,12 @@
 
 namespace fp4moe {
 
+// This build's device code is compiled for sm_90a alone (CMakeLists.txt): layers are created on
+// Hopper GPUs (compute capability 9.0) only, and on any other device creation returns Unsupported.
 enum class KernelPath {
-  kAuto,  // the fastest path the device supports (sm90 wgmma on Hopper)
+  kAuto,  // the fastest path: sm90
   kSm90,  // FP4-dequant grouped GEMMs on wgmma (sm_90a)
-  kSimt,  // plain CUDA cores: slow, simple, any GPU; the path the fast one is checked against
+  kSimt,  // plain CUDA cores: slow, simple; the path the fast one is checked against
 };
 const char* to_string(KernelPath path);
 Status parse_kernel_path(std::string_view name, KernelPath* out);

@@ -10,6 +10,7 @@
 #include "fp4moe/moe_gpu.h"
 #include "reference/sharding.h"
 #include "src/common/cuda_utils.h"
+#include "src/common/device_code.h"
 #include "src/gemm/simt/grouped_gemm_simt.h"
 #include "src/gemm/sm90/moe_gemm_sm90.h"
 #include "src/gemm/sm90/tune.h"
@@ -134,14 +135,9 @@ Status make_shard(const MoeProblem& p, const LayerOptions& o, WeightShard* out) 
   return Status::Ok();
 }
 
-Status resolve_path(KernelPath requested, const DeviceInfo& info, KernelPath* out) {
-  const bool hopper = info.major == 9 && info.minor == 0;
-  if (requested == KernelPath::kSm90 && !hopper)
-    return unsupported("kernel path sm90 needs a Hopper GPU (compute capability 9.0); device ", info.device,
-                       " (", info.name, ") is ", info.major, ".", info.minor);
-  if (requested == KernelPath::kSimt) *out = KernelPath::kSimt;
-  else *out = hopper ? KernelPath::kSm90 : KernelPath::kSimt;
-  return Status::Ok();
+// (The device is a Hopper GPU: check_device_code, first.)
+KernelPath resolve_path(KernelPath requested) {
+  return requested == KernelPath::kSimt ? KernelPath::kSimt : KernelPath::kSm90;
 }
 
 Status check_ptr(const char* name, const void* p, size_t alignment) {
@@ -168,8 +164,9 @@ static Status build_layer(const MoeProblem& problem, const LayerOptions& options
   FP4MOE_CUDA_RETURN(cudaGetDevice(&impl->device));
   DeviceInfo info;
   FP4MOE_RETURN_IF_ERROR(current_device_info(&info));
+  FP4MOE_RETURN_IF_ERROR(check_device_code(info.device, info.name, info.major, info.minor));
   impl->num_sms = options.max_sms > 0 && options.max_sms < info.num_sms ? options.max_sms : info.num_sms;
-  FP4MOE_RETURN_IF_ERROR(resolve_path(options.path, info, &impl->path));
+  impl->path = resolve_path(options.path);
   if (!options.tune_file.empty()) FP4MOE_RETURN_IF_ERROR(impl->tune.load(options.tune_file, info.name));
   FP4MOE_RETURN_IF_ERROR(make_weights(impl->shard, &impl->weights));
   // (GEMM grids are at most one CTA an SM: every compiled config has ctas_per_sm 1, which launch.cuh
