@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs and pins everything the fp4moe build needs, from Debian packages and PyPI only.
+# Installs everything the fp4moe build needs, from Debian packages and PyPI only (the wheel pinned,
+# the Debian packages at the versions the release ships).
 #   - Debian: cmake, ninja, ccache, GoogleTest (libgtest-dev); python3-venv where python3 lacks venv
 #     (scripts/test.sh builds the Python package in a venv).
 #   - PyPI:   nvidia-cutlass==4.2.0.0, unpacked into .deps/ for its CUTLASS/CuTe headers.

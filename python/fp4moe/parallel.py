@@ -380,13 +380,14 @@ class ParallelMoE:
         else the legacy default stream) and before later work on it. Without padded_tokens the
         host waits for the collectives (with the deadline), so the forward is not capturable.
 
-        padded_tokens (CUDA-graph mode; strategies tp-allreduce and allgather-reducescatter): every
+        padded_tokens (CUDA-graph mode; strategies none, tp-allreduce and allgather-reducescatter): every
         rank exchanges exactly that many token rows (T real ones, then filler rows whose outputs are
         dropped) and the host waits for nothing, so the forward can be captured (e.g. in a
         torch.cuda.CUDAGraph; create the layer with check_token_counts=False for that). Every rank
         of a DP group must pass the same value, T <= padded_tokens <= problem.max_tokens. Call
         synchronize(stream) after the step or the replay (it has the deadline; a plain stream wait
-        has none). Outputs equal the unpadded forward's bit for bit. Not yet run on GPUs.
+        has none). Outputs equal the unpadded forward's bit for bit (tests/python/test_parallel_gpu.py,
+        on two H200s).
         """
         place, shape = _arrays.check_forward_arrays(hidden_states, router_logits, topk_ids, topk_weights, out)
         if self.closed:
