@@ -1,6 +1,7 @@
 // Public API: presets and validate() rejections, each naming the bad field and its value.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 #include <tuple>
 
@@ -85,6 +86,12 @@ TEST(Validate, RejectsEachBadField) {
   p = base;
   p.max_tokens = int64_t(1) << 28;  // times top_k 8 overflows the pair index
   expect_rejected(p, "max_tokens = 268435456");
+  p = base;
+  p.max_tokens = int64_t(1) << 61;  // times top_k 8 wraps to 0 in int64: the check must not multiply
+  expect_rejected(p, "max_tokens = 2305843009213693952");
+  p = base;
+  p.max_tokens = std::numeric_limits<int64_t>::max();
+  expect_rejected(p, "max_tokens = 9223372036854775807");
   p = base;
   p.routing.method = RoutingMethod::kDeepSeekV3;
   p.routing.num_groups = 3;  // 128 experts in 3 groups

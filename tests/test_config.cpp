@@ -555,6 +555,13 @@ TEST(TuneTable, SavesLoadsAndLooksUpByRowsPerExpertBucket) {
   EXPECT_EQ(hit->name(), compiled_configs()[2].name());
   EXPECT_NE(std::string(hit->regime).find("tuned"), std::string::npos);
   EXPECT_FALSE(u.lookup(deepseek(1024)).has_value());  // 32 rows per expert: not measured
+  // A CRLF line end or trailing blanks after the device name do not hide the entries.
+  const std::string crlf = temp_path("tune_crlf.txt");
+  std::ofstream(crlf) << "fp4moe-tune v3\r\ndevice NVIDIA H200 \r\n7168 2048 256 8 4 "
+                      << compiled_configs()[2].name() << "\r\n";
+  TuneTable w;
+  ASSERT_TRUE(w.load(crlf, "NVIDIA H200").ok());
+  EXPECT_EQ(w.size(), 1u);
   // Another GPU's table is read but not used.
   TuneTable other;
   ASSERT_TRUE(other.load(path, "NVIDIA H100 80GB HBM3").ok());
@@ -578,6 +585,13 @@ TEST(TuneTable, RejectsMalformedFilesNamingTheLine) {
   const std::string p3 = temp_path("tune_bad3.txt");
   write(p3, "fp4moe-tune v3\n7168 2048 256\n");
   EXPECT_NE(t.load(p3, "x").message().find("line 2"), std::string::npos);
+  // An entry before any device line would belong to no GPU: refused, naming the line.
+  const std::string p6 = temp_path("tune_no_device.txt");
+  write(p6, "fp4moe-tune v3\n7168 2048 256 8 4 BN16_C4_S4_x1_db_c4\n");
+  s = t.load(p6, "x");
+  EXPECT_EQ(s.code(), StatusCode::kIoError);
+  EXPECT_NE(s.message().find("line 2"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("before any 'device"), std::string::npos) << s.message();
   EXPECT_EQ(t.load(temp_path("does_not_exist.txt"), "x").code(), StatusCode::kIoError);
   // Tables from before the configs were renamed say to measure again.
   const std::string p4 = temp_path("tune_v1.txt");

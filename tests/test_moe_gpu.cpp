@@ -1536,6 +1536,7 @@ TEST(MoeGpu, OutOfRangeExpertIdsAreSkippedAndReported) {
   std::vector<int32_t> ids = {0, 1, 2, 99, -1, 3, 4, 5};
   std::vector<float> w(ids.size(), 0.5f);
   EXPECT_NE(validate_topk_ids(p, ids.data(), 4).message().find("topk_ids[1][1] = 99"), std::string::npos);
+  EXPECT_NE(validate_topk_ids(p, ids.data(), -1).message().find("num_tokens = -1"), std::string::npos);
   DeviceBuffer<int32_t> dids(ids);
   DeviceBuffer<float> dw(w);
   DeviceBuffer<uint16_t> hidden(4 * p.hidden_size), out(4 * p.hidden_size);

@@ -474,6 +474,7 @@ Status MoeLayer::check_device_errors(const void* workspace, cudaStream_t stream)
 }
 
 Status validate_topk_ids(const MoeProblem& p, const int32_t* ids, int64_t num_tokens) {
+  if (num_tokens < 0) return invalid_argument("num_tokens = ", num_tokens, " must be >= 0");
   if (num_tokens > 0 && !ids) return invalid_argument("topk_ids is null");
   for (int64_t i = 0; i < num_tokens * p.top_k(); ++i)
     if (ids[i] < 0 || ids[i] >= p.num_experts())

@@ -15,7 +15,8 @@ Status validate(const MoeProblem& p) {
   FP4MOE_RETURN_IF_ERROR(validate(p.routing));
   if (p.max_tokens <= 0)
     return invalid_argument("max_tokens = ", p.max_tokens, " must be > 0");
-  if (p.max_tokens * p.top_k() > std::numeric_limits<int32_t>::max() / 2)
+  // (Divided, not multiplied: max_tokens * top_k can wrap around in int64 and pass.)
+  if (p.max_tokens > std::numeric_limits<int32_t>::max() / 2 / p.top_k())
     return invalid_argument("max_tokens = ", p.max_tokens, " times top_k = ", p.top_k(),
                             " exceeds the 2^30 routed pairs the int32 indexing supports");
   if (p.mode == Mode::kW4A4 && p.weight_format != WeightFormat::kNvfp4)

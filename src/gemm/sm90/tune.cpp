@@ -1,5 +1,6 @@
 #include "src/gemm/sm90/tune.h"
 
+#include <cctype>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -46,7 +47,7 @@ Status TuneTable::load(const std::string& path, const std::string& device_name) 
   if (!f) return Status(StatusCode::kIoError, detail::concat("tune file '", path, "' cannot be opened"));
   std::string line;
   int line_no = 0;
-  bool header = false, same_device = false;
+  bool header = false, has_device = false, same_device = false;
   entries_.clear();
   while (std::getline(f, line)) {
     ++line_no;
@@ -70,10 +71,15 @@ Status TuneTable::load(const std::string& path, const std::string& device_name) 
     if (first == "device") {
       std::string name;
       std::getline(in >> std::ws, name);
+      // (Trailing blanks and a CRLF line end are not part of the name: with them no entry would match.)
+      while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
+      if (name.empty()) return bad("'device' without a GPU name");
       device_ = name;
+      has_device = true;
       same_device = name == device_name;
       continue;
     }
+    if (!has_device) return bad("an entry before any 'device <GPU name>' line");
     int64_t h = 0, i = 0, bucket = 0;
     int e = 0, k = 0;
     std::string config;
