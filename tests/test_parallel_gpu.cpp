@@ -487,6 +487,55 @@ TEST(ParallelGpuQuantizedDispatch, RowKernelsAndPrequantizedInputOnOneGpu) {
 // scale is the largest of all experts; the eager padded (graph-mode) forward gives the unpadded bits.
 // Weights: the dummy ones generated on each GPU, or the same ones from the host (each rank cutting
 // its shard out of the full weights).
+// The GPU backend skips routed ids outside [0, num_experts) and counts them, as MoeLayer::forward
+// does; ParallelMoe::check_device_errors reports the last forward's count (one GPU, a one-rank
+// world, strategy none).
+TEST(ParallelGpu, OutOfRangeExpertIdsAreReportedOnRequest) {
+  FP4MOE_REQUIRE_ONE_GPU();
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  MoeProblem full;
+  ASSERT_OK(get_preset("mixtral-8x7b", &full));
+  MoeProblem p = scaled_preset(full, 32);  // 8 experts, top-2
+  p.max_tokens = 8;
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  {
+    ncclUniqueId id;
+    ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+    std::unique_ptr<NcclCommunicator> world;
+    ASSERT_OK(NcclCommunicator::create(id, 0, 1, stream, with_timeout(60000), &world));
+    const ParallelConfig one{1, 1, 1};
+    std::unique_ptr<ExpertBackend> gpu;
+    ASSERT_OK(make_gpu_backend(p, one, Strategy::kNone, rank_layout(one, 0), nullptr, 5, stream, &gpu));
+    std::unique_ptr<ParallelMoe> layer;
+    ASSERT_OK(ParallelMoe::create(p, one, Strategy::kNone, world.get(), std::move(gpu), {}, &layer));
+    EXPECT_OK(layer->check_device_errors());  // no forward yet
+    const int64_t T = 4, H = p.hidden_size;
+    auto rng = make_rng(testing::test_seed() + 77);
+    DeviceBuffer<uint16_t> hidden(testing::random_hidden(rng, T, H)), out(size_t(T * H));
+    DeviceBuffer<float> weights(std::vector<float>(size_t(2 * T), 0.5f));
+    DeviceBuffer<int32_t> bad_ids(std::vector<int32_t>{0, 1, 2, 99, -1, 3, 4, 5});
+    DeviceBuffer<int32_t> good_ids(std::vector<int32_t>{0, 1, 2, 7, 6, 3, 4, 5});
+    ParallelMoe::Args a;
+    a.hidden = hidden.get();
+    a.topk_ids = bad_ids.get();
+    a.topk_weights = weights.get();
+    a.num_tokens = T;
+    a.out = out.get();
+    ASSERT_OK(layer->forward(a));  // skips the two bad slots
+    const Status s = layer->check_device_errors();
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.message();
+    EXPECT_NE(s.message().find("2 routed expert ids"), std::string::npos) << s.message();
+    a.topk_ids = good_ids.get();
+    ASSERT_OK(layer->forward(a));
+    EXPECT_OK(layer->check_device_errors());  // the last forward's count only
+    a.num_tokens = 0;
+    ASSERT_OK(layer->forward(a));
+    EXPECT_OK(layer->check_device_errors());
+  }
+  ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+}
+
 TEST(ParallelGpu, W4a4QuantizedDispatchMatchesTheSingleGpuLayerWithTheSharedScale) {
   FP4MOE_REQUIRE_TWO_GPUS();
   const MoeProblem p = w4a4_deepseek(48);

@@ -417,6 +417,15 @@ class ParallelMoE:
         local_rank = self._layer.launch_info["local_rank"]
         self._layer.synchronize(_arrays.stream_handle(stream, _arrays.Place(True, local_rank)))
 
+    def check_device_errors(self) -> None:
+        """Raises InvalidArgumentError if the last forward's expert layer on this rank skipped routed
+        expert ids outside [0, num_experts) (it skips and counts them, as MoE.forward does; strategy
+        alltoall rejects them before computing). Rank-local; waits for the layer's stream, so not
+        while capturing a graph."""
+        if self.closed:
+            raise InvalidArgumentError("this ParallelMoE is closed")
+        self._layer.check_device_errors()
+
     def close(self) -> None:
         """Waits for the layer's stream, frees its buffers and destroys the NCCL communicator
         (collective in NCCL: call it on every rank). Idempotent."""

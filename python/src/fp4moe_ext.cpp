@@ -1433,6 +1433,21 @@ class ParallelGpuLayer {
 #endif
   }
 
+  // Whether the last forward's expert layer on this rank skipped routed ids outside [0, num_experts)
+  // (ParallelMoe::check_device_errors): waits for the layer's stream.
+  void check_device_errors() {
+    if (closed_) fail_invalid("this ParallelMoE is closed");
+#if FP4MOE_PY_HAS_NCCL
+    DeviceGuard guard(place_.device_id);
+    Status s;
+    {
+      nb::gil_scoped_release release;
+      s = layer_->check_device_errors();
+    }
+    check(s);
+#endif
+  }
+
   void close() {
     if (closed_) return;
     closed_ = true;
@@ -1750,6 +1765,7 @@ NB_MODULE(_ext, m) {
       .def("forward", &ParallelGpuLayer::forward, "hidden_states"_a, "router_logits"_a.none(), "topk_ids"_a.none(),
            "topk_weights"_a.none(), "out"_a, "stream"_a, "padded_tokens"_a.none())
       .def("synchronize", &ParallelGpuLayer::synchronize, "stream"_a)
+      .def("check_device_errors", &ParallelGpuLayer::check_device_errors)
       .def("close", &ParallelGpuLayer::close)
       .def_prop_ro("closed", &ParallelGpuLayer::closed)
       .def_prop_ro("problem", [](const ParallelGpuLayer& l) { return l.problem(); })

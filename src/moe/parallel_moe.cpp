@@ -665,6 +665,8 @@ Status ParallelMoe::forward(const Args& a, StepTimes* times) {
   return s;
 }
 
+Status ParallelMoe::check_device_errors() { return impl_->backend->check_device_errors(); }
+
 Status ParallelMoe::synchronize() {
   // Every communicator first: each polls its own asynchronous error with the deadline, so a failed
   // peer in any group ends the wait; the backend's plain stream synchronize only once that is done.

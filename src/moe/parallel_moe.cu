@@ -151,6 +151,7 @@ class GpuLayerBackend final : public ExpertBackend {
   }
 
   Status run_experts(const uint16_t* hidden, const int32_t* ids, const float* weights, int64_t n, void* out) override {
+    ran_ = n > 0;  // (check_device_errors reads what this run's plan wrote; none without a run)
     if (n == 0) return Status::Ok();
     ForwardArgs a;
     a.hidden = hidden;
@@ -204,6 +205,10 @@ class GpuLayerBackend final : public ExpertBackend {
   Status zero(void* dst, size_t bytes) override {
     if (bytes) FP4MOE_CUDA_RETURN(cudaMemsetAsync(dst, 0, bytes, stream_));
     return Status::Ok();
+  }
+  Status check_device_errors() override {
+    if (!ran_) return Status::Ok();
+    return layer_->check_device_errors(workspace_, stream_);
   }
   Status synchronize() override {
     FP4MOE_CUDA_RETURN(cudaStreamSynchronize(stream_));
@@ -266,6 +271,7 @@ class GpuLayerBackend final : public ExpertBackend {
   std::unique_ptr<MoeLayer> layer_;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+  bool ran_ = false;  // the last run_experts ran the layer (its workspace holds that run's counts)
   int32_t* index_ = nullptr;
   size_t index_capacity_ = 0;
   float* routing_bias_ = nullptr;

@@ -84,6 +84,11 @@ class ExpertBackend {
   virtual Status zero(void* dst, size_t bytes) = 0;
   // Waits for the backend's queued work (a stream); a no-op on the host.
   virtual Status synchronize() = 0;
+  // What the device found in the last run_experts without failing it: the GPU layer skips routed ids
+  // outside [0, num_experts) and counts them (MoeLayer::check_device_errors), an InvalidArgument
+  // naming the count here. Waits for the backend's queued work. The host backend rejects such ids in
+  // run_experts itself: Ok.
+  virtual Status check_device_errors() { return Status::Ok(); }
 
   // ---- NVFP4-quantized dispatch (w4a4; see the header comment) ----
   // The largest GEMM1 input global scale (a13_scale_2, decode convention) of the experts this backend
@@ -209,6 +214,13 @@ class ParallelMoe {
   // layer's stream (or a graph replayed on it; after a replay on another stream, make the layer's
   // stream wait for that one first): on an error or timeout, aborts every group of this rank.
   Status synchronize();
+  // Whether the last forward's expert layer on this rank skipped routed expert ids outside
+  // [0, num_experts): the GPU backend skips and counts them, as MoeLayer::forward does (the output
+  // then lacks those slots), and this returns InvalidArgument naming the count; the CPU backend and
+  // strategy alltoall reject such ids before computing. Rank-local (each rank checks the ids it ran:
+  // with allgather-reducescatter those of its whole DP group). Waits for the rank's queued expert
+  // work: not while capturing a graph.
+  Status check_device_errors();
 
   struct Impl;
 
