@@ -790,6 +790,46 @@ TEST(ParallelMoe, MismatchedConfigIsDetectedAtSetUp) {
   }
 }
 
+// A backend made for another problem or another rank's shard is refused at set-up, by every rank at
+// once: the layer sizes its buffers from its own problem, and each rank must hold its own layout's
+// shard (on 2 ranks, each with the other rank's shard, then one rank's for a wider hidden size).
+TEST(ParallelMoe, BackendForAnotherProblemOrShardIsRefused) {
+  MoeProblem p = small_problem();
+  p.max_tokens = 4;
+  const HostMoeWeights w = make_random_weights(p, 8);
+  const ParallelConfig c{2, 1, 2};
+  auto world = LocalWorld::create(2, with_timeout(20000));
+  auto st = run_local_ranks(world, [&](int rank, Communicator& comm) -> Status {
+    std::unique_ptr<ExpertBackend> backend;
+    FP4MOE_RETURN_IF_ERROR(make_cpu_reference_backend(p, w, rank_layout(c, 1 - rank), {}, &backend));
+    std::unique_ptr<ParallelMoe> layer;
+    return ParallelMoe::create(p, c, Strategy::kAllGatherReduceScatter, &comm, std::move(backend), {}, &layer);
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(st[r].code(), StatusCode::kInvalidArgument) << st[r].to_string();
+    EXPECT_TRUE(contains(st[r].message(), "the backend holds expert shard " + std::to_string(1 - r) + " of 2"))
+        << st[r].message();
+    EXPECT_TRUE(contains(st[r].message(), "world rank " + std::to_string(r))) << st[r].message();
+  }
+  MoeProblem wider = p;
+  wider.hidden_size = 2 * p.hidden_size;
+  const HostMoeWeights w_wider = make_random_weights(wider, 8);
+  auto world2 = LocalWorld::create(2, with_timeout(20000));
+  st = run_local_ranks(world2, [&](int rank, Communicator& comm) -> Status {
+    std::unique_ptr<ExpertBackend> backend;
+    FP4MOE_RETURN_IF_ERROR(make_cpu_reference_backend(rank == 1 ? wider : p, rank == 1 ? w_wider : w,
+                                                      rank_layout(c, rank), {}, &backend));
+    std::unique_ptr<ParallelMoe> layer;
+    return ParallelMoe::create(p, c, Strategy::kAllGatherReduceScatter, &comm, std::move(backend), {}, &layer);
+  });
+  // (The other rank learns it in the set-up's agreement, at once, instead of waiting for a peer.)
+  EXPECT_EQ(st[0].code(), StatusCode::kInvalidArgument) << st[0].to_string();
+  EXPECT_TRUE(contains(st[0].message(), "rank 0 backend=fits vs rank 1 backend=does-not-fit")) << st[0].message();
+  EXPECT_EQ(st[1].code(), StatusCode::kInvalidArgument) << st[1].to_string();
+  EXPECT_TRUE(contains(st[1].message(), "made for another problem")) << st[1].message();
+  EXPECT_TRUE(contains(st[1].message(), "hidden=" + std::to_string(wider.hidden_size))) << st[1].message();
+}
+
 TEST(ParallelMoe, BadArgumentsAbortThePeers) {
   MoeProblem p = small_problem();
   p.max_tokens = 4;

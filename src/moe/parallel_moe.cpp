@@ -202,6 +202,8 @@ class CpuReferenceBackend final : public ExpertBackend {
       : problem_(problem), shard_(std::move(shard)), spec_(spec), options_(options) {}
 
   comm::MemorySpace memory_space() const override { return comm::MemorySpace::kHost; }
+  const MoeProblem& built_problem() const override { return problem_; }
+  ref::ShardSpec built_shard() const override { return spec_; }
   comm::DataType output_type() const override { return comm::DataType::kF32; }
 
   Status route(const void* logits, LogitsType logits_type, int64_t n, int32_t* ids, float* weights) override {
@@ -496,6 +498,27 @@ Status ParallelMoe::Impl::unpack(const void* src, int64_t n) {
   return backend->copy_2d(weights.get(), ids_bytes, s + wire_bytes + ids_bytes, record_bytes, ids_bytes, n);
 }
 
+// Whether `backend` was made for `problem` and for world rank `rank`'s shard of `config`: the layer
+// sizes its buffers from its own problem, and each rank must hold its own layout's shard.
+static Status check_backend_fits(const MoeProblem& problem, const ParallelConfig& config, Strategy strategy, int rank,
+                                 const ExpertBackend& backend) {
+  const std::string want = config_signature(problem, config, strategy);
+  const std::string built = config_signature(backend.built_problem(), config, strategy);
+  if (built != want)
+    return invalid_argument("ParallelMoe::create: the backend was made for another problem (backend: ", built,
+                            "; this layer: ", want, ")");
+  const ref::ShardSpec b = backend.built_shard();
+  const RankLayout l = rank_layout(config, rank);
+  if (b.ep_rank != l.moe_ep_rank || b.ep_size != l.moe_ep_size || b.tp_rank != l.moe_tp_rank ||
+      b.tp_size != l.moe_tp_size)
+    return invalid_argument("ParallelMoe::create: the backend holds expert shard ", b.ep_rank, " of ", b.ep_size,
+                            " and intermediate shard ", b.tp_rank, " of ", b.tp_size, ", but world rank ", rank,
+                            " of (dp ", config.dp, ", tp ", config.tp, ", ep ", config.ep, ") holds expert shard ",
+                            l.moe_ep_rank, " of ", l.moe_ep_size, " and intermediate shard ", l.moe_tp_rank, " of ",
+                            l.moe_tp_size);
+  return Status::Ok();
+}
+
 Status ParallelMoe::create(const MoeProblem& problem, const ParallelConfig& config, Strategy strategy,
                            comm::Communicator* world, std::unique_ptr<ExpertBackend> backend,
                            const ParallelMoeOptions& options, std::unique_ptr<ParallelMoe>* out) {
@@ -520,9 +543,15 @@ Status ParallelMoe::create(const MoeProblem& problem, const ParallelConfig& conf
 
   // Agree first, validate second: every rank reaches the exchange even when its own config is bad, so a
   // rank-local mistake is reported (by everyone) as a mismatch instead of leaving the others waiting.
-  FP4MOE_RETURN_IF_ERROR(check_same_config(
+  // Whether the backend fits this rank is part of the agreement for the same reason (the rank whose
+  // backend does not fit reports why).
+  const Status backend_fits = check_backend_fits(problem, config, strategy, world->rank(), *m.backend);
+  const Status agreed = check_same_config(
       *world, *m.backend,
-      config_signature(problem, config, strategy) + ";quantized_dispatch=" + to_string(options.quantized_dispatch)));
+      config_signature(problem, config, strategy) + ";quantized_dispatch=" + to_string(options.quantized_dispatch) +
+          ";backend=" + (backend_fits.ok() ? "fits" : "does-not-fit"));
+  FP4MOE_RETURN_IF_ERROR(backend_fits);
+  FP4MOE_RETURN_IF_ERROR(agreed);
   FP4MOE_RETURN_IF_ERROR(validate(problem));
   FP4MOE_RETURN_IF_ERROR(validate(config, problem, world_size));
   FP4MOE_RETURN_IF_ERROR(check_strategy(config, strategy));

@@ -94,6 +94,7 @@ class GpuLayerBackend final : public ExpertBackend {
                        cudaStream_t stream, std::unique_ptr<ExpertBackend>* out) {
     auto b = std::unique_ptr<GpuLayerBackend>(new GpuLayerBackend());
     b->problem_ = problem;
+    b->spec_ = {layout.moe_ep_rank, layout.moe_ep_size, layout.moe_tp_rank, layout.moe_tp_size};
     b->stream_ = stream;
     MoeProblem sized = problem;
     sized.max_tokens = std::max<int64_t>(1, max_expert_tokens(config, strategy, problem.max_tokens));
@@ -137,6 +138,8 @@ class GpuLayerBackend final : public ExpertBackend {
   }
 
   comm::MemorySpace memory_space() const override { return comm::MemorySpace::kDevice; }
+  const MoeProblem& built_problem() const override { return problem_; }
+  ref::ShardSpec built_shard() const override { return spec_; }
   comm::DataType output_type() const override { return comm::DataType::kBF16; }
 
   Status route(const void* logits, LogitsType logits_type, int64_t n, int32_t* ids, float* weights) override {
@@ -267,6 +270,7 @@ class GpuLayerBackend final : public ExpertBackend {
   }
 
   MoeProblem problem_;
+  ref::ShardSpec spec_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<MoeLayer> layer_;
   void* workspace_ = nullptr;

@@ -57,6 +57,11 @@ class ExpertBackend {
   virtual ~ExpertBackend() = default;
 
   virtual comm::MemorySpace memory_space() const = 0;
+  // The problem and the expert / intermediate shard the backend was made for: ParallelMoe::create
+  // checks both against its own (it sizes its buffers from its problem, and each rank must hold its
+  // own layout's shard).
+  virtual const MoeProblem& built_problem() const = 0;
+  virtual ref::ShardSpec built_shard() const = 0;
   // Type of the partial outputs and of the layer output: f32 (CPU reference) or bf16 (GPU layer).
   virtual comm::DataType output_type() const = 0;
   // Routing of this rank's own tokens (DP: each rank routes its tokens; ids are global expert ids).
