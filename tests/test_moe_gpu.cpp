@@ -321,6 +321,30 @@ TEST(MoeGpu, UploadedWeightsEqualDummyWeights) {
   }
 }
 
+// MoeLayer::create reads its weights view on the host: a view pointing at device memory is refused by
+// name (it used to crash the process), and nothing is created.
+TEST(MoeGpu, CreateRefusesWeightsInDeviceMemoryNamingThem) {
+  FP4MOE_REQUIRE_GPU();
+  MoeProblem p;
+  ASSERT_OK(get_preset("qwen3-30b-a3b", &p));
+  p = scaled_preset(p, 16);
+  p.max_tokens = 8;
+  const HostMoeWeights hw = make_random_weights(p, 3);
+  DeviceBuffer<uint8_t> d_w2(hw.w2);
+  DeviceBuffer<float> d_scale_2(hw.w13_scale_2);
+  for (int which = 0; which < 2; ++which) {
+    MoeWeightsView v = hw.view();
+    if (which == 0) v.w2 = d_w2.get();
+    else v.w13_scale_2 = d_scale_2.get();
+    std::unique_ptr<MoeLayer> layer;
+    const Status s = MoeLayer::create(p, v, {}, &layer);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+    EXPECT_NE(s.message().find(which == 0 ? "w2 = " : "w13_scale_2 = "), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("device memory"), std::string::npos) << s.message();
+    EXPECT_EQ(layer, nullptr);
+  }
+}
+
 // Block scales that are not positive normal numbers are folded into the codes at repack
 // (layout::repack_scale): NVFP4 zero and negative-zero scales, negative scales, e4m3 subnormals and
 // NaN; MXFP4 the extremes of the accepted e8m0 range. Uploaded through MoeLayer::create, both paths

@@ -147,7 +147,8 @@ class MoeLayer {
   float input_scale_2() const;
 
   // Device-side errors of the most recent forward on this workspace: expert ids outside [0, E) in
-  // precomputed routing are skipped (their slot contributes nothing) and counted. Synchronizes.
+  // precomputed routing are skipped (their slot contributes nothing) and counted. Synchronizes. Call
+  // it after a forward on this workspace (before any, the count is whatever the memory held).
   Status check_device_errors(const void* workspace, cudaStream_t stream) const;
 
   struct Impl;

@@ -184,9 +184,11 @@ Status MoeLayer::create(const MoeProblem& problem, const MoeWeightsView& host_we
   FP4MOE_RETURN_IF_ERROR(build_layer(
       problem, options,
       [&](const WeightShard& shard, DeviceWeights* w) {
+        // (upload_weights first: it refuses a view in device memory before anything reads it here)
+        FP4MOE_RETURN_IF_ERROR(upload_weights(problem, host_weights, shard, w));
         if (host_weights.w13_scale_2)
           impl->w13_scale_2.assign(host_weights.w13_scale_2, host_weights.w13_scale_2 + shard.num_local_experts);
-        return upload_weights(problem, host_weights, shard, w);
+        return Status::Ok();
       },
       impl.get()));
   out->reset(new MoeLayer(std::move(impl)));

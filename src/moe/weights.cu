@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "src/common/cuda_utils.h"
@@ -226,6 +227,23 @@ Status upload_weights(const MoeProblem& p, const MoeWeightsView& h, const Weight
     return invalid_argument("weights: mode w4a4 needs a13_scale_2 and a2_scale_2");
   if (p.routing.method == RoutingMethod::kDeepSeekV3 && !h.routing_bias)
     return invalid_argument("weights: routing method deepseek-v3 needs routing_bias (e_score_correction_bias)");
+  // The view is read on the host (below, and by the callers' copies of the scales): device memory
+  // there would crash the process, so it is refused by name first.
+  for (const auto& [name, ptr] : {std::pair<const char*, const void*>{"w13", h.w13}, {"w13_scale", h.w13_scale},
+                                  {"w13_scale_2", h.w13_scale_2}, {"w2", h.w2}, {"w2_scale", h.w2_scale},
+                                  {"w2_scale_2", h.w2_scale_2}, {"w13_bias", h.w13_bias}, {"w2_bias", h.w2_bias},
+                                  {"a13_scale_2", h.a13_scale_2}, {"a2_scale_2", h.a2_scale_2},
+                                  {"routing_bias", h.routing_bias}}) {
+    if (!ptr) continue;
+    cudaPointerAttributes attr{};
+    if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
+      cudaGetLastError();  // (an unknown pointer: host memory the runtime has not seen)
+      continue;
+    }
+    if (attr.type == cudaMemoryTypeDevice)
+      return invalid_argument("weights: ", name, " = ", ptr, " is device memory (device ", attr.device,
+                              "); MoeLayer::create reads the weights from host memory (pageable, pinned or managed)");
+  }
   if (mx) {
     FP4MOE_RETURN_IF_ERROR(check_mxfp4_scales(h.w13_scale, size_t(E) * 2 * Il * H / bs, "w13", 2 * Il * H / bs));
     FP4MOE_RETURN_IF_ERROR(check_mxfp4_scales(h.w2_scale, size_t(E) * H * Il / bs, "w2", H * Il / bs));
