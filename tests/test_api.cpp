@@ -71,6 +71,12 @@ TEST(Validate, RejectsEachBadField) {
   p.intermediate_size = 776;  // K of GEMM2 not a multiple of 32
   expect_rejected(p, "intermediate_size = 776");
   p = base;
+  p.intermediate_size = 32 * ((int64_t(1) << 55) / 3);  // H x I wrapped around in int64
+  expect_rejected(p, "intermediate_size = " + std::to_string(p.intermediate_size));
+  p = base;
+  p.hidden_size = int64_t(1) << 21;
+  expect_rejected(p, "hidden_size = 2097152");
+  p = base;
   p.routing.num_experts = 8;
   p.routing.top_k = 9;  // top-k larger than the expert count
   expect_rejected(p, "top_k = 9");
@@ -111,6 +117,36 @@ TEST(Validate, ParsesNames) {
   EXPECT_EQ(m, Mode::kW4A4);
   Status s = parse_mode("w8a8", &m);
   EXPECT_NE(s.message().find("'w8a8'"), std::string::npos);
+}
+
+// Global scales are checked by value before any layer takes them (0, NaN, inf, negative: all-zero,
+// all-NaN or sign-flipped outputs otherwise), naming the array and the expert.
+TEST(Validate, GlobalScalesByValue) {
+  MoeProblem p;
+  ASSERT_OK(get_preset("qwen3-30b-a3b", &p));
+  p = scaled_preset(p, 32);
+  const HostMoeWeights w = make_random_weights(p, 4);
+  const int64_t E = p.num_experts();
+  EXPECT_OK(validate_global_scales(p, w.view(), E));
+  for (float bad : {-1.0f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    HostMoeWeights v = w;
+    v.w2_scale_2[3] = bad;
+    const Status s = validate_global_scales(p, v.view(), E);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("w2_scale_2[3] = "), std::string::npos) << s.message();
+  }
+  HostMoeWeights zero = w;
+  zero.w13_scale_2[0] = 0.0f;  // an all-zero expert
+  EXPECT_OK(validate_global_scales(p, zero.view(), E));
+  // w4a4's input scales must be > 0; in w4a16 they are not used.
+  MoeProblem p4 = p;
+  p4.mode = Mode::kW4A4;
+  HostMoeWeights w4 = make_random_weights(p4, 4);
+  EXPECT_OK(validate_global_scales(p4, w4.view(), E));
+  w4.a13_scale_2[1] = 0.0f;
+  const Status s = validate_global_scales(p4, w4.view(), E);
+  EXPECT_NE(s.message().find("a13_scale_2[1] = 0 must be finite and > 0"), std::string::npos) << s.message();
+  EXPECT_OK(validate_global_scales(p, w4.view(), E));
 }
 
 // The device check MoeLayer creation runs first (a device without this build's device code gets

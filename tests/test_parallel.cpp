@@ -93,6 +93,13 @@ TEST(ParallelConfig, ValidateNamesTheBadValue) {
   EXPECT_TRUE(contains(s.message(), "dp * tp = 2 * 1 = 2")) << s.message();
   s = validate(ParallelConfig{0, 1, 1}, p, 0);
   EXPECT_TRUE(contains(s.message(), "dp = 0")) << s.message();
+  // dp * tp past the bound is refused before the int product could wrap (2^16 * 2^16 = 0 in int).
+  s = validate(ParallelConfig{1 << 16, 1 << 16, 1}, p, 0);
+  EXPECT_TRUE(contains(s.message(), "dp * tp = 65536 * 65536 = 4294967296 exceeds the 65536")) << s.message();
+  s = validate(ParallelConfig{3, 1431655766, 1}, p, 2);  // 3 * 1431655766 wraps to 2 in int
+  EXPECT_TRUE(contains(s.message(), "exceeds the 65536")) << s.message();
+  // valid_configs past the bound: none (its loop used to overflow to a division by zero).
+  EXPECT_TRUE(valid_configs(p, std::numeric_limits<int>::max()).empty());
   // 128 experts over 3 ranks do not divide.
   s = validate(ParallelConfig{3, 1, 3}, p, 3);
   EXPECT_TRUE(contains(s.message(), "num_experts = 128")) << s.message();

@@ -101,6 +101,12 @@ struct MoeWeightsView {
   const float* routing_bias = nullptr;
 };
 
+// The per-expert global scales of `num_experts` experts' weights, by value: NVFP4's w13_scale_2 and
+// w2_scale_2 finite and >= 0 (0: an all-zero expert), and in w4a4 the input scales a13_scale_2 and
+// a2_scale_2 finite and > 0 (the activations are quantized with their reciprocal). Null ones are not
+// checked here (what must be present is the loaders' and upload's check). Names the first bad value.
+Status validate_global_scales(const MoeProblem& problem, const MoeWeightsView& weights, int64_t num_experts);
+
 // Host-owned weights in the linear layout (used by the reference, the tests and dummy weights).
 struct HostMoeWeights {
   int num_experts = 0;       // experts held (a shard may hold fewer than the problem has)

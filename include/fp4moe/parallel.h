@@ -58,8 +58,12 @@ struct ParallelConfig {
   int dp = 1;  // data-parallel groups (each with its own tokens)
   int tp = 1;  // ranks per DP group (sharing that group's tokens)
   int ep = 1;  // 1 (expert parallelism off) or dp * tp
+  // dp * tp, for a config validate() accepted (it keeps dp * tp within kMaxWorldSize, so the int
+  // product cannot wrap).
   int world_size() const { return dp * tp; }
 };
+// The most ranks a parallel layer (and valid_configs) takes.
+inline constexpr int kMaxWorldSize = 1 << 16;
 
 // Where one rank sits, derived from the config (see the header comment).
 struct RankLayout {

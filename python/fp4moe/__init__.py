@@ -170,7 +170,7 @@ def dequantize_nvfp4(packed, scales, global_scale: float, convention: str, *, la
     out = _arrays.empty(packed, place, shape[:-1] + (2 * shape[-1],), "float32")
     _ext.dequantize_nvfp4(
         _arrays.export(packed),
-        _arrays.export(_arrays.as_bytes(scales)),
+        _arrays.export(_arrays.as_bytes(scales, "scales", _E4M3)),
         _arrays.export(out),
         float(global_scale),
         convention,
@@ -210,7 +210,7 @@ def dequantize_mxfp4(packed, scales, *, stream=None):
     out = _arrays.empty(packed, place, shape[:-1] + (2 * shape[-1],), "float32")
     _ext.dequantize_mxfp4(
         _arrays.export(packed),
-        _arrays.export(_arrays.as_bytes(scales)),
+        _arrays.export(_arrays.as_bytes(scales, "scales", _E8M0)),
         _arrays.export(out),
         _arrays.stream_handle(stream, place),
     )
@@ -224,7 +224,9 @@ def swizzle_scales(linear, *, stream=None):
     shape = _arrays.shape_of(linear, "linear", ndim=2)
     out = _arrays.empty(linear, place, (_round_up(shape[0], 128), _round_up(shape[1], 4)), "uint8")
     _ext.swizzle_scales(
-        _arrays.export(_arrays.as_bytes(linear)), _arrays.export(out), _arrays.stream_handle(stream, place)
+        _arrays.export(_arrays.as_bytes(linear, "linear", _E4M3)),
+        _arrays.export(out),
+        _arrays.stream_handle(stream, place),
     )
     return out
 
@@ -238,7 +240,9 @@ def unswizzle_scales(swizzled, rows: int, num_scale_cols: int, *, stream=None):
         )
     out = _arrays.empty(swizzled, place, (rows, num_scale_cols), "uint8")
     _ext.unswizzle_scales(
-        _arrays.export(_arrays.as_bytes(swizzled)), _arrays.export(out), _arrays.stream_handle(stream, place)
+        _arrays.export(_arrays.as_bytes(swizzled, "swizzled", _E4M3)),
+        _arrays.export(out),
+        _arrays.stream_handle(stream, place),
     )
     return out
 
@@ -275,6 +279,7 @@ def route(router_logits, config=None, *, correction_bias=None, stream=None, **fi
         config = config.routing
     if not isinstance(config, RoutingConfig):
         raise InvalidArgumentError(f"config is a {type(config).__name__}; expected a RoutingConfig or a Problem")
+    config.validate()  # (before the outputs are sized by its top_k)
     ids = _arrays.empty(router_logits, place, (shape[0], config.top_k), "int32")
     weights = _arrays.empty(router_logits, place, (shape[0], config.top_k), "float32")
     bias = None if correction_bias is None else _arrays.export(correction_bias)
@@ -325,7 +330,19 @@ _RECIPROCALS = {
 _FLOAT32_KEYS = {"w13_scale_2", "w2_scale_2", "w13_bias", "w2_bias", "a13_scale_2", "a2_scale_2", "routing_bias"}
 
 
-def _canonical_weights(weights) -> dict:
+def _flag(value, name: str) -> bool:
+    """A bool argument, taken only as a bool: bool("False") would be True."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise InvalidArgumentError(f"{name} = {value!r} must be a bool")
+    return bool(value)
+
+
+_E4M3, _E8M0 = ("float8_e4m3fn",), ("float8_e8m0fnu",)
+
+
+def _canonical_weights(weights, weight_format: str) -> dict:
+    """The weights dict with canonical names; 1-byte float scales viewed as bytes where their type is
+    the format's (e4m3 for NVFP4, e8m0 for MXFP4), codes as uint8 only."""
     if not hasattr(weights, "items"):
         raise InvalidArgumentError(f"weights is a {type(weights).__name__}; expected a dict of arrays")
     out, source = {}, {}
@@ -344,7 +361,9 @@ def _canonical_weights(weights) -> dict:
             if name in _FLOAT32_KEYS and _is_other_float(value):
                 value = _arrays.like(_arrays.host_float32(value, f"weights['{key}']"), value)
             else:
-                value = _arrays.as_bytes(value)
+                scale_type = _E8M0 if weight_format == "mxfp4" else _E4M3
+                allowed = scale_type if name in ("w13_scale", "w2_scale") else ()
+                value = _arrays.as_bytes(value, f"weights['{key}']", allowed)
         if name in out:
             raise InvalidArgumentError(f"weights['{key}'] and weights['{source[name]}'] both give {name}")
         out[name], source[name] = value, key
@@ -440,7 +459,7 @@ class MoE:
                 "(fp4moe.preset(name) or fp4moe.Problem(**fields))"
             )
         if _layer is None:
-            canonical = _canonical_weights(weights)
+            canonical = _canonical_weights(weights, problem.weight_format)
             if device is None:
                 w13 = weights.get("w13", weights.get("w13_weight", weights.get("w13_weight_packed")))
                 if w13 is None:
@@ -451,7 +470,15 @@ class MoE:
                 kind, index = _parse_device(device)
             shard = (ep_rank, ep_size, tp_rank, tp_size)
             _layer = _ext.Layer.from_weights(
-                problem, canonical, kind, index, *shard, path, str(tune_file or ""), bool(split_k), int(max_sms)
+                problem,
+                canonical,
+                kind,
+                index,
+                *shard,
+                path,
+                str(tune_file or ""),
+                _flag(split_k, "split_k"),
+                int(max_sms),
             )
         self._layer = _layer
         self._problem = _layer.problem
@@ -482,7 +509,7 @@ class MoE:
         kind, index = _parse_device(device)
         shard = (ep_rank, ep_size, tp_rank, tp_size)
         layer = _ext.Layer.dummy(
-            problem, int(seed), kind, index, *shard, path, str(tune_file or ""), bool(split_k), int(max_sms)
+            problem, int(seed), kind, index, *shard, path, str(tune_file or ""), _flag(split_k, "split_k"), int(max_sms)
         )
         return cls(problem, None, _layer=layer)
 

@@ -177,12 +177,24 @@ def like(host: np.ndarray, original):
     return host
 
 
-def as_bytes(x):
-    """1-byte float types (float8_e4m3fn, float8_e8m0fnu scales) viewed as uint8, without a copy."""
+def _byte_types(allowed: tuple) -> str:
+    return " or ".join(("uint8",) + tuple(allowed))
+
+
+def as_bytes(x, name: str, allowed: tuple = ()):
+    """A 1-byte float array (float8_e4m3fn NVFP4 scales, float8_e8m0fnu MXFP4 scales) viewed as uint8,
+    without a copy, when its type is one of `allowed` (names as NumPy/ml_dtypes and torch spell
+    them); any other 1-byte non-integer type is refused by name: viewed as bytes it would pass for
+    the wrong format. Integer types pass through for the C++ side's own dtype checks."""
     if is_torch_tensor(x):
         if x.dtype.itemsize == 1 and x.dtype.is_floating_point:
+            dtype = str(x.dtype).removeprefix("torch.")
+            if dtype not in allowed:
+                raise _ext.InvalidArgumentError(f"{name} is {dtype}; expected {_byte_types(allowed)}")
             return x.view(torch.uint8)
         return x
     if isinstance(x, np.ndarray) and x.dtype.itemsize == 1 and x.dtype.kind not in "iub":
-        return x.view(np.uint8)  # e.g. ml_dtypes float8 arrays
+        if x.dtype.name not in allowed:  # e.g. ml_dtypes float8 arrays, or bytes
+            raise _ext.InvalidArgumentError(f"{name} is {x.dtype.name}; expected {_byte_types(allowed)}")
+        return x.view(np.uint8)
     return x

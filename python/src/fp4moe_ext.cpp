@@ -515,6 +515,7 @@ class Layer {
         prepare(problem, device, device_id, ep_rank, ep_size, tp_rank, tp_size, path, tune_file, split_k, max_sms);
     const WeightArrays arrays = read_weights(problem, layer->dims_, weights);
     if (!layer->place_.cuda) {
+      check(validate_global_scales(problem, arrays.view, layer->dims_.num_local_experts));
       layer->host_ = copy_weights(problem, layer->dims_, arrays.view);
       return layer;
     }
@@ -1047,11 +1048,17 @@ nb::dict launch_info(std::optional<nb::dict> env) {
   return launch_dict(info);
 }
 
+// The longest deadline a parallel layer's communicators take (about 115 days).
+constexpr double kMaxTimeoutSeconds = 1e7;
+
 // The config's own rules (those of validate() that need no problem), for calls without a problem.
 void check_config_shape(const ParallelConfig& c) {
   if (c.dp < 1) fail_invalid("dp = ", c.dp, " must be >= 1");
   if (c.tp < 1) fail_invalid("tp = ", c.tp, " must be >= 1");
   if (c.ep < 1) fail_invalid("ep = ", c.ep, " must be >= 1");
+  if (int64_t(c.dp) * c.tp > kMaxWorldSize)
+    fail_invalid("dp * tp = ", c.dp, " * ", c.tp, " = ", int64_t(c.dp) * c.tp, " exceeds the ", kMaxWorldSize,
+                 " ranks a parallel layer takes");
   if (c.ep != 1 && c.ep != c.world_size())
     fail_invalid("ep = ", c.ep, " must be 1 (expert parallelism off) or dp * tp = ", c.world_size());
 }
@@ -1071,7 +1078,8 @@ std::vector<std::string> strategy_names(const ParallelConfig& c) {
 
 std::vector<ParallelConfig> valid_parallel_configs(const MoeProblem& p, int world_size) {
   check(validate(p));
-  if (world_size < 1) fail_invalid("world_size = ", world_size, " must be >= 1");
+  if (world_size < 1 || world_size > kMaxWorldSize)
+    fail_invalid("world_size = ", world_size, " must be in [1, ", kMaxWorldSize, "]");
   return valid_configs(p, world_size);
 }
 
@@ -1150,7 +1158,9 @@ void parallel_run_local(const MoeProblem& problem, const ParallelConfig& config,
   // runs the C++ check itself; its error comes back prefixed with the rank).
   ParallelMoeOptions options;
   options.quantized_dispatch = parse_quantized_dispatch_name(quantized_dispatch);
-  if (!(timeout_s > 0) || !std::isfinite(timeout_s)) fail_invalid("timeout = ", timeout_s, " must be > 0 seconds");
+  // (At most kMaxTimeoutSeconds: a deadline past that would overflow the clock arithmetic.)
+  if (!(timeout_s > 0) || !(timeout_s <= kMaxTimeoutSeconds))
+    fail_invalid("timeout = ", timeout_s, " must be > 0 and at most ", kMaxTimeoutSeconds, " seconds");
   if (threads_per_rank < 1) fail_invalid("threads_per_rank = ", threads_per_rank, " must be >= 1");
   const int64_t H = problem.hidden_size;
   const int E = problem.num_experts(), K = problem.top_k();
@@ -1324,7 +1334,9 @@ class ParallelGpuLayer {
                                                   const std::string& strategy_name, std::optional<nb::dict> weights,
                                                   uint64_t seed, double timeout_s, bool check_token_counts,
                                                   const std::string& quantized_dispatch) {
-    if (!(timeout_s > 0) || !std::isfinite(timeout_s)) fail_invalid("timeout = ", timeout_s, " must be > 0 seconds");
+    // (At most kMaxTimeoutSeconds: a deadline past that would overflow the clock arithmetic.)
+    if (!(timeout_s > 0) || !(timeout_s <= kMaxTimeoutSeconds))
+      fail_invalid("timeout = ", timeout_s, " must be > 0 and at most ", kMaxTimeoutSeconds, " seconds");
     const QuantizedDispatch qd = parse_quantized_dispatch_name(quantized_dispatch);
     LaunchInfo info;
     check(launch_info_from_environment(&info));
@@ -1710,7 +1722,7 @@ NB_MODULE(_ext, m) {
       .def_rw("dp", &ParallelConfig::dp)
       .def_rw("tp", &ParallelConfig::tp)
       .def_rw("ep", &ParallelConfig::ep)
-      .def_prop_ro("world_size", &ParallelConfig::world_size)
+      .def_prop_ro("world_size", [](const ParallelConfig& c) { return int64_t(c.dp) * c.tp; })  // (no int wrap)
       .def_prop_ro("name",
                    [](const ParallelConfig& c) { return detail::concat("dp", c.dp, "tp", c.tp, "ep", c.ep); })
       .def(

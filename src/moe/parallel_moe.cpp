@@ -40,6 +40,9 @@ Status validate(const ParallelConfig& c, const MoeProblem& problem, int world_si
   if (c.dp < 1) return invalid_argument("dp = ", c.dp, " must be >= 1");
   if (c.tp < 1) return invalid_argument("tp = ", c.tp, " must be >= 1");
   if (c.ep < 1) return invalid_argument("ep = ", c.ep, " must be >= 1");
+  if (int64_t(c.dp) * c.tp > kMaxWorldSize)
+    return invalid_argument("dp * tp = ", c.dp, " * ", c.tp, " = ", int64_t(c.dp) * c.tp, " exceeds the ",
+                            kMaxWorldSize, " ranks a parallel layer takes");
   if (c.dp * c.tp != world_size)
     return invalid_argument("dp * tp = ", c.dp, " * ", c.tp, " = ", c.dp * c.tp, " must equal the number of ranks (",
                             world_size, ")");
@@ -94,6 +97,7 @@ std::vector<Strategy> applicable_strategies(const ParallelConfig& config) {
 
 std::vector<ParallelConfig> valid_configs(const MoeProblem& problem, int world_size) {
   std::vector<ParallelConfig> out;
+  if (world_size < 1 || world_size > kMaxWorldSize) return out;  // (no config; the loop below needs the bound)
   for (int dp = 1; dp <= world_size; ++dp) {
     if (world_size % dp) continue;
     for (int ep : {1, world_size}) {

@@ -244,6 +244,7 @@ Status upload_weights(const MoeProblem& p, const MoeWeightsView& h, const Weight
       return invalid_argument("weights: ", name, " = ", ptr, " is device memory (device ", attr.device,
                               "); MoeLayer::create reads the weights from host memory (pageable, pinned or managed)");
   }
+  FP4MOE_RETURN_IF_ERROR(validate_global_scales(p, h, E));
   if (mx) {
     FP4MOE_RETURN_IF_ERROR(check_mxfp4_scales(h.w13_scale, size_t(E) * 2 * Il * H / bs, "w13", 2 * Il * H / bs));
     FP4MOE_RETURN_IF_ERROR(check_mxfp4_scales(h.w2_scale, size_t(E) * H * Il / bs, "w2", H * Il / bs));

@@ -479,6 +479,13 @@ CODEC_ERRORS = [
     (lambda: fp4moe.swizzle_scales(S.reshape(-1)), "linear has shape"),
     (lambda: fp4moe.unswizzle_scales(S, 4, 4), r"swizzled has shape \[4, 4\]; expected \[round_up\(rows, 128\) = 128"),
     (lambda: fp4moe.global_scale_from_amax(-1.0, "encode"), "amax = -1 must be finite and >= 0"),
+    # 1-byte types other than the format's scale type are refused, not read as bytes of the wrong format.
+    (
+        lambda: fp4moe.dequantize_nvfp4(P, S.view("S1"), 1.0, "encode"),
+        "scales is bytes8; expected uint8 or float8_e4m3fn",
+    ),
+    (lambda: fp4moe.dequantize_mxfp4(P, S.view("S1")), "scales is bytes8; expected uint8 or float8_e8m0fnu"),
+    (lambda: fp4moe.swizzle_scales(S.view("S1")), "linear is bytes8; expected uint8 or float8_e4m3fn"),
 ]
 
 
@@ -511,6 +518,7 @@ ROUTE_ERRORS = [
         r"correction_bias has shape \[7\]",
     ),
     (lambda: fp4moe.route(L, "qwen"), "config is a str"),
+    (lambda: fp4moe.route(L, method="softmax_topk", top_k=-1), "top_k = -1 must be > 0"),
     (lambda: fp4moe.route(L, fp4moe.preset("qwen3-30b-a3b").routing, top_k=2), "not both"),
 ]
 
@@ -570,6 +578,21 @@ def test_moe_construction_errors():
         (lambda: fp4moe.MoE(p, w, device="cpu", split_k=True), "split_k = True is a GPU kernel option"),
         (lambda: fp4moe.MoE(p, w, device="cpu", max_sms=4), "max_sms = 4 is a GPU kernel option"),
         (lambda: fp4moe.MoE(p, w, device="cpu", max_sms=-1), "max_sms = -1 must be >= 0"),
+        (lambda: fp4moe.MoE(p, w, device="cpu", split_k="False"), "split_k = 'False' must be a bool"),
+        (lambda: fp4moe.MoE(p, dict(w, w13=w["w13"].view("S1"))), r"weights\['w13'\] is bytes8; expected uint8$"),
+        (
+            lambda: fp4moe.MoE(p, dict(w, w2_scale=w["w2_scale"].view("S1"))),
+            r"weights\['w2_scale'\] is bytes8; expected uint8 or float8_e4m3fn",
+        ),
+        # Decode-convention global scales by value (0 would zero the expert, NaN, inf or < 0 poison it).
+        (
+            lambda: fp4moe.MoE(p, dict(w, w2_scale_2=-w["w2_scale_2"])),
+            r"w2_scale_2\[0\] = -[0-9.e-]+ must be finite and >= 0",
+        ),
+        (
+            lambda: fp4moe.MoE(p, dict(w, w13_scale_2=np.full(4, np.nan, np.float32))),
+            r"w13_scale_2\[0\] = nan must be finite and >= 0",
+        ),
         (lambda: fp4moe.MoE(p, w, ep_size=3), "ep"),
         (lambda: fp4moe.MoE.dummy(p, 0, device="cpu", tp_size=4, tp_rank=4), "tp_rank"),
         (lambda: fp4moe.Problem(hidden_sise=128), "Problem has no field 'hidden_sise'"),

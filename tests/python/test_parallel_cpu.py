@@ -484,6 +484,15 @@ def test_config_and_strategy_checks():
         fp4moe.applicable_strategies({"dp": 2, "pp": 1})
     with pytest.raises(fp4moe.InvalidArgumentError, match="expected fp4moe.Problem"):
         fp4moe.valid_parallel_configs({"hidden_size": 8}, 2)
+    # Sizes past the bound of ranks: refused before any int product wraps (2^16 x 2^16 was 0 ranks, and
+    # valid_parallel_configs' loop divided by zero).
+    with pytest.raises(fp4moe.InvalidArgumentError, match=r"world_size = 2147483647 must be in \[1, 65536\]"):
+        fp4moe.valid_parallel_configs(p, 2**31 - 1)
+    assert fp4moe.ParallelConfig(2**16, 2**16, 1).world_size == 2**32
+    with pytest.raises(fp4moe.InvalidArgumentError, match=r"dp \* tp = 3 \* 1431655766 = 4294967298 exceeds"):
+        fp4moe.ParallelConfig(3, 1431655766, 1).validate(p, 2)
+    with pytest.raises(fp4moe.InvalidArgumentError, match="exceeds the 65536 ranks"):
+        fp4moe.rank_layout((2**16, 2**16, 1), 0)
 
 
 def test_launch_info_errors_name_the_variable():
@@ -525,6 +534,8 @@ def test_run_local_argument_errors():
         rl(p, cfg, hidden_states=xs, topk_ids=[np.zeros((2, p.top_k), np.int32)] * 2)
     with pytest.raises(fp4moe.InvalidArgumentError, match="timeout = 0"):
         rl(p, cfg, hidden_states=xs, router_logits=ls, timeout=0)
+    with pytest.raises(fp4moe.InvalidArgumentError, match=r"timeout = 1e\+10 must be > 0 and at most"):
+        rl(p, cfg, hidden_states=xs, router_logits=ls, timeout=1e10)  # (its deadline overflowed the clock)
     with pytest.raises(fp4moe.InvalidArgumentError, match="expected an int seed or a dict"):
         rl(p, cfg, None, "seed", hidden_states=xs, router_logits=ls)
     with pytest.raises(fp4moe.InvalidArgumentError, match=r"weights\['w13'\] is missing"):
@@ -579,6 +590,8 @@ def test_parallel_moe_checks_config_and_strategy_before_the_gpu(monkeypatch):
         fp4moe.ParallelMoE(p, (2, 1, 1), "alltoall")
     with pytest.raises(fp4moe.InvalidArgumentError, match="timeout = -1"):
         fp4moe.ParallelMoE(p, (2, 1, 2), timeout=-1)
+    with pytest.raises(fp4moe.InvalidArgumentError, match="at most 1e"):
+        fp4moe.ParallelMoE(p, (2, 1, 2), timeout=float("inf"))
     with pytest.raises(fp4moe.InvalidArgumentError, match=r"weights\['w13'\] is missing"):
         fp4moe.ParallelMoE(p, (2, 1, 2), weights={})
     with pytest.raises(fp4moe.InvalidArgumentError, match="expected fp4moe.Problem"):
