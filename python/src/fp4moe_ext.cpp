@@ -275,14 +275,19 @@ void route(const RoutingConfig& config, InArray logits, std::optional<InArray> c
 
 // Host-side bytes of an array: its own memory when on the CPU, a synchronous copy when on a GPU
 // (weights are read once, at layer creation).
+// A weight's bytes on the host: the array's own memory, kept alive by `owner` (an array imported
+// from a DLPack capsule owns the exporter's tensor: a temporary such as a converted float32 scale
+// tensor would be freed with the last InArray, and `data` left dangling), or a copy of a device array.
 struct HostBytes {
   const void* data = nullptr;
+  InArray owner;
   std::vector<uint8_t> copy;
 };
 
 HostBytes host_bytes(const char* name, const InArray& a, const Place& place) {
   HostBytes h;
   if (!place.cuda) {
+    h.owner = a;
     h.data = a.data();
     return h;
   }
