@@ -1591,7 +1591,12 @@ NB_MODULE(_ext, m) {
       "global_scale_from_amax",
       [](float amax, const std::string& convention) {
         if (!(amax >= 0.0f) || !std::isfinite(amax)) fail_invalid("amax = ", amax, " must be finite and >= 0");
-        return GlobalScale::from_amax(amax, parse_convention(convention)).value;
+        const float gs = GlobalScale::from_amax(amax, parse_convention(convention)).value;
+        // (a denormal amax overflows 2688/amax, and its decode scale underflows: no usable fp32 scale)
+        if (!(gs > 0.0f) || !std::isfinite(gs))
+          fail_invalid("amax = ", amax, " gives the ", convention, " global scale ", gs,
+                       ", not finite and > 0: too small an amax for an fp32 global scale");
+        return gs;
       },
       "amax"_a, "convention"_a);
   m.def(

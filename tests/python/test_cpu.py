@@ -479,6 +479,8 @@ CODEC_ERRORS = [
     (lambda: fp4moe.swizzle_scales(S.reshape(-1)), "linear has shape"),
     (lambda: fp4moe.unswizzle_scales(S, 4, 4), r"swizzled has shape \[4, 4\]; expected \[round_up\(rows, 128\) = 128"),
     (lambda: fp4moe.global_scale_from_amax(-1.0, "encode"), "amax = -1 must be finite and >= 0"),
+    (lambda: fp4moe.global_scale_from_amax(1e-44, "encode"), "not finite and > 0: too small an amax"),
+    (lambda: fp4moe.global_scale_from_amax(1e-42, "decode"), "not finite and > 0: too small an amax"),
     # 1-byte types other than the format's scale type are refused, not read as bytes of the wrong format.
     (
         lambda: fp4moe.dequantize_nvfp4(P, S.view("S1"), 1.0, "encode"),
