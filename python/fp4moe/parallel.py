@@ -215,7 +215,7 @@ def run_local(
     else:
         from . import _canonical_weights
 
-        seed, canonical = 0, _canonical_weights(weights, problem.weight_format)
+        seed, canonical = 0, _canonical_weights(weights, getattr(problem, "weight_format", ""))
     _ext.parallel_run_local(
         problem,
         config,
@@ -288,7 +288,7 @@ class ParallelMoE:
         if weights is not None:
             from . import _canonical_weights
 
-            canonical = _canonical_weights(weights, problem.weight_format)
+            canonical = _canonical_weights(weights, getattr(problem, "weight_format", ""))
         self._layer = _ext.ParallelLayer.create(
             problem,
             config,
