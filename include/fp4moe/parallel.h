@@ -84,6 +84,9 @@ Status parse_strategy(std::string_view name, Strategy* out);
 // dp, tp, ep >= 1; dp * tp == world_size; ep in {1, dp*tp}; E divisible by ep; the MoE's TP slice of the
 // intermediate dimension a whole number of 32-element scale blocks. Names the bad value.
 Status validate(const ParallelConfig& config, const MoeProblem& problem, int world_size);
+// The first rules of validate(), which need neither the problem nor the world: dp, tp and ep >= 1 and
+// dp * tp at most kMaxWorldSize (so that world_size() cannot wrap).
+Status check_config_bounds(const ParallelConfig& config);
 // Whether `strategy` can run `config` (see the header comment); the error says why not.
 Status check_strategy(const ParallelConfig& config, Strategy strategy);
 // The strategies check_strategy accepts for `config`, in enum order.

@@ -1056,14 +1056,16 @@ nb::dict launch_info(std::optional<nb::dict> env) {
 // The longest deadline a parallel layer's communicators take (about 115 days).
 constexpr double kMaxTimeoutSeconds = 1e7;
 
+// A parallel layer's `timeout` in seconds: > 0, and at most kMaxTimeoutSeconds (a deadline past that
+// would overflow the clock arithmetic).
+void check_timeout(double timeout_s) {
+  if (!(timeout_s > 0) || !(timeout_s <= kMaxTimeoutSeconds))
+    fail_invalid("timeout = ", timeout_s, " must be > 0 and at most ", kMaxTimeoutSeconds, " seconds");
+}
+
 // The config's own rules (those of validate() that need no problem), for calls without a problem.
 void check_config_shape(const ParallelConfig& c) {
-  if (c.dp < 1) fail_invalid("dp = ", c.dp, " must be >= 1");
-  if (c.tp < 1) fail_invalid("tp = ", c.tp, " must be >= 1");
-  if (c.ep < 1) fail_invalid("ep = ", c.ep, " must be >= 1");
-  if (int64_t(c.dp) * c.tp > kMaxWorldSize)
-    fail_invalid("dp * tp = ", c.dp, " * ", c.tp, " = ", int64_t(c.dp) * c.tp, " exceeds the ", kMaxWorldSize,
-                 " ranks a parallel layer takes");
+  check(check_config_bounds(c));
   if (c.ep != 1 && c.ep != c.world_size())
     fail_invalid("ep = ", c.ep, " must be 1 (expert parallelism off) or dp * tp = ", c.world_size());
 }
@@ -1163,9 +1165,7 @@ void parallel_run_local(const MoeProblem& problem, const ParallelConfig& config,
   // runs the C++ check itself; its error comes back prefixed with the rank).
   ParallelMoeOptions options;
   options.quantized_dispatch = parse_quantized_dispatch_name(quantized_dispatch);
-  // (At most kMaxTimeoutSeconds: a deadline past that would overflow the clock arithmetic.)
-  if (!(timeout_s > 0) || !(timeout_s <= kMaxTimeoutSeconds))
-    fail_invalid("timeout = ", timeout_s, " must be > 0 and at most ", kMaxTimeoutSeconds, " seconds");
+  check_timeout(timeout_s);
   if (threads_per_rank < 1) fail_invalid("threads_per_rank = ", threads_per_rank, " must be >= 1");
   const int64_t H = problem.hidden_size;
   const int E = problem.num_experts(), K = problem.top_k();
@@ -1339,9 +1339,7 @@ class ParallelGpuLayer {
                                                   const std::string& strategy_name, std::optional<nb::dict> weights,
                                                   uint64_t seed, double timeout_s, bool check_token_counts,
                                                   const std::string& quantized_dispatch) {
-    // (At most kMaxTimeoutSeconds: a deadline past that would overflow the clock arithmetic.)
-    if (!(timeout_s > 0) || !(timeout_s <= kMaxTimeoutSeconds))
-      fail_invalid("timeout = ", timeout_s, " must be > 0 and at most ", kMaxTimeoutSeconds, " seconds");
+    check_timeout(timeout_s);
     const QuantizedDispatch qd = parse_quantized_dispatch_name(quantized_dispatch);
     LaunchInfo info;
     check(launch_info_from_environment(&info));

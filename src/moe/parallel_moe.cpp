@@ -36,13 +36,18 @@ Status parse_strategy(std::string_view name, Strategy* out) {
   return invalid_argument("strategy = '", name, "' is not one of none, tp-allreduce, allgather-reducescatter, alltoall");
 }
 
-Status validate(const ParallelConfig& c, const MoeProblem& problem, int world_size) {
+Status check_config_bounds(const ParallelConfig& c) {
   if (c.dp < 1) return invalid_argument("dp = ", c.dp, " must be >= 1");
   if (c.tp < 1) return invalid_argument("tp = ", c.tp, " must be >= 1");
   if (c.ep < 1) return invalid_argument("ep = ", c.ep, " must be >= 1");
   if (int64_t(c.dp) * c.tp > kMaxWorldSize)
     return invalid_argument("dp * tp = ", c.dp, " * ", c.tp, " = ", int64_t(c.dp) * c.tp, " exceeds the ",
                             kMaxWorldSize, " ranks a parallel layer takes");
+  return Status::Ok();
+}
+
+Status validate(const ParallelConfig& c, const MoeProblem& problem, int world_size) {
+  FP4MOE_RETURN_IF_ERROR(check_config_bounds(c));
   if (c.dp * c.tp != world_size)
     return invalid_argument("dp * tp = ", c.dp, " * ", c.tp, " = ", c.dp * c.tp, " must equal the number of ranks (",
                             world_size, ")");
@@ -512,8 +517,7 @@ static Status check_backend_fits(const MoeProblem& problem, const ParallelConfig
     return invalid_argument("ParallelMoe::create: the backend was made for another problem (backend: ", built,
                             "; this layer: ", want, ")");
   // (A config out of its bounds has no layout to compare: validate() reports it after the agreement.)
-  if (config.dp < 1 || config.tp < 1 || config.ep < 1 || int64_t(config.dp) * config.tp > kMaxWorldSize)
-    return Status::Ok();
+  if (!check_config_bounds(config).ok()) return Status::Ok();
   const ref::ShardSpec b = backend.built_shard();
   const RankLayout l = rank_layout(config, rank);
   if (b.ep_rank != l.moe_ep_rank || b.ep_size != l.moe_ep_size || b.tp_rank != l.moe_tp_rank ||
