@@ -227,6 +227,22 @@ TEST(Nvfp4Gpu, RejectsMisalignedAndBadShapes) {
   q.cols = 40;
   const Status bad_cols = quantize_nvfp4_gpu(q, x.get(), InputType::kF32, p.get(), s.get(), nullptr);
   EXPECT_NE(bad_cols.message().find("cols = 40"), std::string::npos) << bad_cols.message();
+  // Host memory the device cannot reach is refused by name before the launch.
+  int pageable = 0;
+  CUDA_ASSERT(cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, 0));
+  if (!pageable) {
+    q.cols = 32;
+    alignas(16) static float host_x[64];
+    st = quantize_nvfp4_gpu(q, host_x, InputType::kF32, p.get(), s.get(), nullptr);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+    EXPECT_NE(st.message().find("quantize_nvfp4_gpu: x = "), std::string::npos) << st.message();
+    std::vector<float> host_out(64);
+    st = dequantize_nvfp4_gpu(2, 32, p.get(), s.get(), ScaleLayout::kLinear, GlobalScale::encode(1.0f),
+                              host_out.data(), nullptr);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+    EXPECT_NE(st.message().find("out = "), std::string::npos) << st.message();
+  }
+  CUDA_ASSERT(cudaDeviceSynchronize());
 }
 
 }  // namespace

@@ -1549,6 +1549,117 @@ TEST(MoeGpu, ForwardRejectsBadArgumentsBeforeLaunching) {
   CUDA_ASSERT(cudaDeviceSynchronize());
 }
 
+// Buffers the GPU cannot dereference are refused by name before any launch (a kernel faulting on one
+// would end the CUDA context); pinned host memory works in place, and the check is legal while a
+// stream is being captured in global mode.
+TEST(MoeGpu, ForwardRefusesBuffersTheGpuCannotReach) {
+  FP4MOE_REQUIRE_GPU();
+  MoeProblem p;
+  ASSERT_OK(get_preset("qwen3-30b-a3b", &p));
+  p = scaled_preset(p, 8);
+  p.max_tokens = 16;
+  std::unique_ptr<MoeLayer> layer;
+  ASSERT_OK(MoeLayer::create_dummy(p, 11, {}, &layer));
+  const int64_t T = 5, H = p.hidden_size, k = p.top_k();
+  auto rng = make_rng(1234);
+  std::vector<uint16_t> hidden = testing::random_bf16(rng, size_t(T * H));
+  std::vector<int32_t> ids(size_t(T * k));
+  std::vector<float> w(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ids[i] = int32_t((i * 7 + i / k) % p.num_experts());  // distinct within a token (k <= 8, 7 coprime to E)
+    w[i] = 0.125f + 0.0625f * float(i % 4);
+  }
+  GpuRun want;
+  run_forward(*layer, hidden, {}, T, &want, &ids, &w);
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_GT(testing::l2_norm(testing::bf16_to_floats(want.out)), 0.0);
+
+  DeviceBuffer<char> ws(layer->workspace_bytes());
+  DeviceBuffer<uint16_t> dh(hidden), dout(size_t(T * H));
+  DeviceBuffer<int32_t> dids(ids);
+  DeviceBuffer<float> dw(w);
+  auto good = [&] {
+    ForwardArgs a;
+    a.hidden = dh.get();
+    a.topk_ids = dids.get();
+    a.topk_weights = dw.get();
+    a.num_tokens = T;
+    a.out = dout.get();
+    return a;
+  };
+  int pageable = 0;
+  CUDA_ASSERT(cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, 0));
+  std::printf("[ info ] device 0 %s pageable host memory\n", pageable ? "can access" : "cannot access");
+
+  // Pageable host memory (aligned like device memory, so only its kind is wrong).
+  struct FreeDeleter {
+    void operator()(void* q) const { std::free(q); }
+  };
+  const size_t host_bytes = (std::max(size_t(T * H) * 2, layer->workspace_bytes()) + 255) / 256 * 256;
+  std::unique_ptr<void, FreeDeleter> host(std::aligned_alloc(256, host_bytes));
+  ASSERT_TRUE(host);
+  std::memcpy(host.get(), hidden.data(), hidden.size() * 2);
+  for (const char* which : {"hidden", "out", "topk_ids", "workspace"}) {
+    ForwardArgs a = good();
+    void* wsp = ws.get();
+    if (!std::strcmp(which, "hidden")) a.hidden = static_cast<const uint16_t*>(host.get());
+    if (!std::strcmp(which, "out")) a.out = static_cast<uint16_t*>(host.get());
+    if (!std::strcmp(which, "topk_ids")) a.topk_ids = static_cast<const int32_t*>(host.get());
+    if (!std::strcmp(which, "workspace")) wsp = host.get();
+    const Status s = layer->validate(a, wsp, ws.size());
+    if (pageable) {
+      EXPECT_TRUE(s.ok()) << which << ": " << s.to_string();  // (HMM / ATS: the device reads pageable memory)
+    } else {
+      EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << which << ": " << s.to_string();
+      EXPECT_NE(s.message().find(std::string(which) + " = "), std::string::npos) << s.to_string();
+      EXPECT_NE(s.message().find("not registered with CUDA"), std::string::npos) << s.to_string();
+      const Status f = layer->forward(a, wsp, ws.size(), nullptr);
+      EXPECT_EQ(f.code(), StatusCode::kInvalidArgument) << which << ": " << f.to_string();
+    }
+  }
+  // Nothing faulted: the context still runs a forward, and it gives the same bits.
+  dout.poison();
+  ASSERT_OK(layer->forward(good(), ws.get(), ws.size(), nullptr));
+  CUDA_ASSERT(cudaDeviceSynchronize());
+  EXPECT_EQ(dout.download(), want.out);
+
+  // Pinned host memory is mapped into the device's address space: the routing read from there in place.
+  int32_t* pinned_ids = nullptr;
+  float* pinned_w = nullptr;
+  CUDA_ASSERT(cudaMallocHost(reinterpret_cast<void**>(&pinned_ids), ids.size() * sizeof(int32_t)));
+  CUDA_ASSERT(cudaMallocHost(reinterpret_cast<void**>(&pinned_w), w.size() * sizeof(float)));
+  std::copy(ids.begin(), ids.end(), pinned_ids);
+  std::copy(w.begin(), w.end(), pinned_w);
+  ForwardArgs a = good();
+  a.topk_ids = pinned_ids;
+  a.topk_weights = pinned_w;
+  dout.poison();
+  ASSERT_OK(layer->forward(a, ws.get(), ws.size(), nullptr));
+  CUDA_ASSERT(cudaDeviceSynchronize());
+  EXPECT_EQ(dout.download(), want.out);
+  CUDA_ASSERT(cudaFreeHost(pinned_ids));
+  CUDA_ASSERT(cudaFreeHost(pinned_w));
+
+  // Captured in global mode (the strictest): the pointer checks do not break the capture.
+  cudaStream_t stream = nullptr;
+  CUDA_ASSERT(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  CUDA_ASSERT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  const Status captured = layer->forward(good(), ws.get(), ws.size(), stream);
+  CUDA_ASSERT(cudaStreamEndCapture(stream, &graph));
+  ASSERT_OK(captured);
+  CUDA_ASSERT(cudaGraphInstantiate(&exec, graph, 0));
+  dout.poison();
+  CUDA_ASSERT(cudaDeviceSynchronize());
+  CUDA_ASSERT(cudaGraphLaunch(exec, stream));
+  CUDA_ASSERT(cudaStreamSynchronize(stream));
+  EXPECT_EQ(dout.download(), want.out);
+  CUDA_ASSERT(cudaGraphExecDestroy(exec));
+  CUDA_ASSERT(cudaGraphDestroy(graph));
+  CUDA_ASSERT(cudaStreamDestroy(stream));
+}
+
 TEST(MoeGpu, OutOfRangeExpertIdsAreSkippedAndReported) {
   FP4MOE_REQUIRE_GPU();
   MoeProblem p;

@@ -532,6 +532,18 @@ TEST(ParallelGpu, OutOfRangeExpertIdsAreReportedOnRequest) {
     a.num_tokens = 0;
     ASSERT_OK(layer->forward(a));
     EXPECT_OK(layer->check_device_errors());
+    // A caller buffer the GPU cannot reach is refused by name before anything runs (last: a failed
+    // forward aborts the communicators).
+    int pageable = 0;
+    ASSERT_EQ(cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, 0), cudaSuccess);
+    if (!pageable) {
+      std::vector<uint16_t> host_hidden(size_t(T * H));
+      a.num_tokens = T;
+      a.hidden = host_hidden.data();
+      const Status h = layer->forward(a);
+      EXPECT_EQ(h.code(), StatusCode::kInvalidArgument) << h.to_string();
+      EXPECT_NE(h.message().find("ParallelMoe::forward: hidden = "), std::string::npos) << h.message();
+    }
   }
   ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
 }

@@ -361,6 +361,20 @@ TEST(RoutingGpu, RejectsBadArgumentsBeforeLaunch) {
   status = route_gpu(make_config(RoutingMethod::kSoftmaxTopK, 513, 2, false), args, nullptr);
   EXPECT_EQ(status.code(), StatusCode::kUnsupported) << status.to_string();
 
+  // Host memory the device cannot reach is refused by name (where the device can read pageable
+  // memory, HMM or ATS, it is routed like device memory instead: not the GPU machines we test on).
+  int pageable = 0;
+  CUDA_ASSERT(cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, 0));
+  if (!pageable) {
+    std::vector<float> host_logits(16, 1.0f);
+    bad = args;
+    bad.logits = host_logits.data();
+    status = route_gpu(make_config(RoutingMethod::kSoftmaxTopK, 8, 2, false), bad, nullptr);
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.to_string();
+    EXPECT_NE(status.message().find("route_gpu: logits = "), std::string::npos) << status.message();
+    EXPECT_NE(status.message().find("not registered with CUDA"), std::string::npos) << status.message();
+  }
+
   CUDA_ASSERT(cudaDeviceSynchronize());
   EXPECT_EQ(d_ids.download(), std::vector<int32_t>(4, -1));  // nothing ran
 }

@@ -330,6 +330,7 @@ struct Row {
   double touched_gb = 0, gflop = 0;
   double check_error = -1;
   bool check_pass = true;
+  double validate_us = 0;  // host time of one MoeLayer::validate of these arguments (median of 20 means of 100)
   KernelInfo kernel;
   // --clocks: the SM clock and board power sampled over the timed launches (after the warm-up; one
   // reading for the stream launches and graph replays, which alternate)
@@ -617,6 +618,16 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
     row.stream_ms = median(stream_ms);
     row.graph_ms = median(graph_ms);
   }
+  {
+    // The host's argument checks alone (part of every stream launch; a graph replay skips them).
+    std::vector<double> us;
+    for (int b = 0; b < 20; ++b) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < 100; ++i) CHECK_OK(layer.validate(args(i % num_sets), ws, layer.workspace_bytes()));
+      us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 100);
+    }
+    row.validate_us = median(us);
+  }
   CHECK_OK(layer.check_device_errors(ws, stream));
 #if FP4MOE_TRACE
   if (o.trace) {
@@ -722,6 +733,7 @@ void write_json(const Options& o, const MoeProblem& p, const char* gpu, const Ce
     const Row& r = rows[i];
     f << "    {\"T\": " << r.tokens << ", \"active_experts\": " << r.active_experts
       << ", \"stream_ms\": " << r.stream_ms << ", \"graph_ms\": " << r.graph_ms
+      << ", \"validate_us\": " << r.validate_us
       << ", \"floor_ms\": " << r.floor_ms << ", \"floor_bytes_ms\": "
       << r.floor_bytes_ms << ", \"floor_flops_ms\": " << r.floor_flops_ms << ", \"ratio_to_floor\": "
       << (r.floor_ms > 0 ? r.graph_ms / r.floor_ms : 0) << ", \"touched_GB\": " << r.touched_gb

@@ -126,7 +126,11 @@ class MoeLayer {
   // Bytes of repacked weights held on the device.
   size_t weight_bytes() const;
 
-  // Checks args against the problem (shapes, pointers, alignment, token count) without launching.
+  // Checks args against the problem (shapes, pointers, alignment, token count) without launching,
+  // and that every buffer is memory the layer's device can dereference: its own device memory,
+  // managed memory or mapped pinned host memory (pageable host memory only on systems where the
+  // device reads it, HMM or ATS). One driver query per buffer (cudaPointerGetAttributes; legal while
+  // a CUDA graph is being captured). fp4moe-bench's JSON gives this call's host time (`validate_us`).
   Status validate(const ForwardArgs& args, const void* workspace, size_t workspace_bytes) const;
   Status forward(const ForwardArgs& args, void* workspace, size_t workspace_bytes, cudaStream_t stream) const;
   // Which kernels forward() runs for num_tokens tokens.

@@ -16,6 +16,10 @@
 // (a fixed exp implementation, no fast-math) and sums are taken in the same fixed order, so both pick
 // the same ids and produce bit-identical weights, run after run. The k ids of a token are written in
 // descending selection-score order (ties: ascending id); for kDeepSeekV3 that is the biased score.
+// Non-finite logits are not errors: the weights follow IEEE arithmetic, the same on both sides (the
+// special-value tests check it). A +inf logit under softmax gives its token NaN weights (inf - inf in
+// the max-subtracted exponent), as torch.softmax does; the layer's output row for that token is then
+// NaN. Check logits upstream where that matters.
 #pragma once
 
 #include <cstdint>

@@ -170,7 +170,8 @@ def run_local(
     intermediate size; each rank takes its shard from it.
     hidden_states: a list of host arrays [T, H] (float32, rounded to bf16 first, or bfloat16), one
     per rank (length dp * tp) or one per DP group (length dp: the group's TP ranks all get it). The
-    ranks of one DP group must hold the same tokens. router_logits [T, E] (float32 or bfloat16), or
+    ranks of one DP group must hold the same tokens (per-rank inputs that differ within a group,
+    routing included, raise InvalidArgumentError naming the ranks). router_logits [T, E] (float32 or bfloat16), or
     topk_ids int32 [T, k] with topk_weights float32 [T, k], lists of the same length.
     timeout: seconds, the deadline of every collective wait.
     padded_tokens: the CUDA-graph mode of ParallelMoE.forward (see there), here on CPU ranks: the

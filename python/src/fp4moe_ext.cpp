@@ -1240,6 +1240,31 @@ void parallel_run_local(const MoeProblem& problem, const ParallelConfig& config,
       in.weights = static_cast<const float*>(w.data());
     }
   }
+  // The TP ranks of one DP group compute slices of the same tokens, and their partial outputs are summed:
+  // per-rank inputs must agree within a group (else every output row mixes different tokens' sums).
+  if (per_rank && config.tp > 1) {
+    auto same_bytes = [](const void* x, const void* y, size_t bytes) {
+      return bytes == 0 || x == y || std::memcmp(x, y, bytes) == 0;
+    };
+    for (int r = 0; r < n; ++r) {
+      const int dp = rank_layout(config, r).dp_rank;
+      int first = 0;
+      while (rank_layout(config, first).dp_rank != dp) ++first;
+      if (first == r) continue;
+      const Input &a = inputs[size_t(first)], &b = inputs[size_t(r)];
+      const size_t T = size_t(a.num_tokens), logit_bytes = a.logits_type == LogitsType::kF32 ? 4 : 2;
+      const char* what = nullptr;
+      if (a.num_tokens != b.num_tokens) what = "token count differs";
+      else if (a.hidden != b.hidden) what = "hidden_states differ";
+      else if (a.logits && (a.logits_type != b.logits_type || !same_bytes(a.logits, b.logits, T * E * logit_bytes)))
+        what = "router_logits differ";
+      else if (a.ids && !same_bytes(a.ids, b.ids, T * K * 4)) what = "topk_ids differ";
+      else if (a.weights && !same_bytes(a.weights, b.weights, T * K * 4)) what = "topk_weights differ";
+      if (what)
+        fail_invalid("rank ", r, "'s ", what, " from rank ", first, "'s: the TP ranks of DP group ", dp,
+                     " (tp = ", config.tp, ") must get the same tokens; pass one entry per DP group to share them");
+    }
+  }
   std::vector<float*> out_ptrs(static_cast<size_t>(n), nullptr);
   for (int r = 0; r < n; ++r) {
     const Input& in = inputs[per_rank ? size_t(r) : size_t(rank_layout(config, r).dp_rank)];

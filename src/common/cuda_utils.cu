@@ -38,4 +38,42 @@ Status current_device_info(DeviceInfo* out) {
   return Status::Ok();
 }
 
+Status check_device_accessible(const char* what, const char* name, const void* p, int device) {
+  if (!p) return Status::Ok();
+  const char* sep = what[0] ? ": " : "";
+  // A pointer query is no stream work, but global capture mode refuses calls it does not know to be
+  // safe; relaxed mode for this thread alone, restored afterwards.
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  FP4MOE_CUDA_RETURN(cudaThreadExchangeStreamCaptureMode(&mode));
+  cudaPointerAttributes attr{};
+  const cudaError_t err = cudaPointerGetAttributes(&attr, p);
+  FP4MOE_CUDA_RETURN(cudaThreadExchangeStreamCaptureMode(&mode));
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // (not sticky: clear it so that the next launch check does not report it)
+    return invalid_argument(what, sep, name, " = ", p, ": CUDA cannot say where this memory is (",
+                            cudaGetErrorName(err), ")");
+  }
+  switch (attr.type) {
+    case cudaMemoryTypeDevice:
+      if (attr.device == device) return Status::Ok();
+      return invalid_argument(what, sep, name, " = ", p, " is memory of device ", attr.device,
+                              "; this runs on device ", device);
+    case cudaMemoryTypeManaged:
+      return Status::Ok();
+    case cudaMemoryTypeHost:
+      if (attr.devicePointer == p) return Status::Ok();
+      return invalid_argument(what, sep, name, " = ", p, " is pinned host memory that device ", device,
+                              attr.devicePointer ? " reaches only at another address" : " cannot reach",
+                              " (its device pointer is ", attr.devicePointer, ")");
+    case cudaMemoryTypeUnregistered:
+    default: {
+      int pageable = 0;
+      FP4MOE_CUDA_RETURN(cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, device));
+      if (pageable) return Status::Ok();
+      return invalid_argument(what, sep, name, " = ", p, " is host memory not registered with CUDA, which device ",
+                              device, " cannot access; pass device (or pinned host) memory");
+    }
+  }
+}
+
 }  // namespace fp4moe

@@ -21,6 +21,15 @@ struct DeviceInfo {
 };
 Status current_device_info(DeviceInfo* out);
 
+// Refuses, by name, a pointer that GPU `device` cannot dereference, before a kernel faults on it
+// (which would end the CUDA context): memory of another device, pinned host memory the device reaches
+// only at another address, and host memory not registered with CUDA (malloc, the stack, a NumPy
+// array) unless the device can access pageable memory (HMM or ATS systems). Device memory of
+// `device`, managed memory and mapped pinned host memory pass; so does null (callers decide whether
+// null is allowed). `what` prefixes the message ("" for none). One driver query per pointer, made
+// legal during a stream capture (the thread's capture mode is relaxed around it).
+Status check_device_accessible(const char* what, const char* name, const void* p, int device);
+
 }  // namespace fp4moe
 
 #define FP4MOE_CUDA_RETURN(expr)                                                     \

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <functional>
 #include <optional>
+#include <utility>
 
 #include "fp4moe/moe_gpu.h"
 #include "reference/sharding.h"
@@ -323,6 +324,7 @@ Status MoeLayer::validate(const ForwardArgs& a, const void* workspace, size_t wo
                             ") and one input scale for every expert, set with set_input_scale_2 (",
                             impl_->input_scale_2 > 0.0f ? "set" : "not set", ")");
   FP4MOE_RETURN_IF_ERROR(check_ptr("workspace", workspace, 256));
+  FP4MOE_RETURN_IF_ERROR(check_device_accessible("", "workspace", workspace, impl_->device));
   if (workspace_bytes < impl_->ws_layout.total)
     return invalid_argument("workspace_bytes = ", workspace_bytes, " is smaller than the ", impl_->ws_layout.total,
                             " bytes workspace_bytes() asks for");
@@ -344,6 +346,11 @@ Status MoeLayer::validate(const ForwardArgs& a, const void* workspace, size_t wo
     FP4MOE_RETURN_IF_ERROR(check_ptr("topk_ids", a.topk_ids, 4));
     FP4MOE_RETURN_IF_ERROR(check_ptr("topk_weights", a.topk_weights, 4));
   }
+  // Where each buffer lives: a pointer the GPU cannot reach would fault a kernel and end the context.
+  for (const auto& [name, ptr] : {std::pair<const char*, const void*>{"hidden", a.hidden}, {"out", a.out},
+                                  {"router_logits", a.router_logits}, {"topk_ids", a.topk_ids},
+                                  {"topk_weights", a.topk_weights}})
+    FP4MOE_RETURN_IF_ERROR(check_device_accessible("", name, ptr, impl_->device));
   return Status::Ok();
 }
 

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <sstream>
+#include <utility>
 
 #include "reference/sharding.h"
 #include "src/moe/dispatch_codec.h"
@@ -733,6 +734,10 @@ Status ParallelMoe::Impl::forward(const Args& a, StepTimes* times) {
     if (has_topk && (!a.topk_ids || !a.topk_weights))
       return invalid_argument("topk_ids and topk_weights go together: ", a.topk_ids ? "topk_weights" : "topk_ids",
                               " is null");
+    for (const auto& [name, ptr] : {std::pair<const char*, const void*>{"hidden", a.hidden}, {"out", a.out},
+                                    {"router_logits", a.router_logits}, {"topk_ids", a.topk_ids},
+                                    {"topk_weights", a.topk_weights}})
+      FP4MOE_RETURN_IF_ERROR(backend->check_caller_buffer(name, ptr));
   }
   const int64_t P = a.padded_tokens;
   const bool graph_mode = P >= 0;

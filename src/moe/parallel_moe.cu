@@ -96,6 +96,7 @@ class GpuLayerBackend final : public ExpertBackend {
     b->problem_ = problem;
     b->spec_ = {layout.moe_ep_rank, layout.moe_ep_size, layout.moe_tp_rank, layout.moe_tp_size};
     b->stream_ = stream;
+    FP4MOE_CUDA_RETURN(cudaGetDevice(&b->device_));
     MoeProblem sized = problem;
     sized.max_tokens = std::max<int64_t>(1, max_expert_tokens(config, strategy, problem.max_tokens));
     LayerOptions lo;
@@ -213,6 +214,9 @@ class GpuLayerBackend final : public ExpertBackend {
     if (!ran_) return Status::Ok();
     return layer_->check_device_errors(workspace_, stream_);
   }
+  Status check_caller_buffer(const char* name, const void* p) const override {
+    return check_device_accessible("ParallelMoe::forward", name, p, device_);
+  }
   Status synchronize() override {
     FP4MOE_CUDA_RETURN(cudaStreamSynchronize(stream_));
     return Status::Ok();
@@ -272,6 +276,7 @@ class GpuLayerBackend final : public ExpertBackend {
   MoeProblem problem_;
   ref::ShardSpec spec_;
   cudaStream_t stream_ = nullptr;
+  int device_ = 0;  // current when the backend was made (the layer's device)
   std::unique_ptr<MoeLayer> layer_;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;

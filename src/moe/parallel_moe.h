@@ -94,6 +94,10 @@ class ExpertBackend {
   // naming the count here. Waits for the backend's queued work. The host backend rejects such ids in
   // run_experts itself: Ok.
   virtual Status check_device_errors() { return Status::Ok(); }
+  // Refuses, by name, a caller's buffer this backend cannot use in place: the GPU backend names a
+  // pointer its device cannot reach (a kernel faulting on it would end the CUDA context). The host
+  // backend reads host memory: Ok.
+  virtual Status check_caller_buffer(const char* /*name*/, const void* /*p*/) const { return Status::Ok(); }
 
   // ---- NVFP4-quantized dispatch (w4a4; see the header comment) ----
   // The largest GEMM1 input global scale (a13_scale_2, decode convention) of the experts this backend

@@ -546,6 +546,31 @@ def test_run_local_argument_errors():
         rl(p, cfg, None, shard, hidden_states=xs, router_logits=ls)
 
 
+def test_run_local_refuses_different_inputs_on_the_tp_ranks_of_a_group():
+    p = small()
+    xs, ls = inputs(p, 4)
+    rl = fp4moe.parallel.run_local
+    cfg = (2, 2, 4)  # ranks 0-1 are DP group 0, ranks 2-3 group 1
+    same = [xs[0], xs[0].copy(), xs[1], xs[1].copy()]
+    logits = [ls[0], ls[0].copy(), ls[1], ls[1].copy()]
+    got = rl(p, cfg, hidden_states=same, router_logits=logits)  # equal copies are fine
+    want = rl(p, cfg, hidden_states=xs[:2], router_logits=ls[:2])
+    for r in range(4):
+        np.testing.assert_array_equal(got[r], want[r])
+    with pytest.raises(fp4moe.InvalidArgumentError, match=r"rank 3's hidden_states differ from rank 2's: .*group 1"):
+        rl(p, cfg, hidden_states=[xs[0], xs[0], xs[1], xs[2]], router_logits=logits)
+    with pytest.raises(fp4moe.InvalidArgumentError, match=r"rank 1's router_logits differ from rank 0's"):
+        rl(p, cfg, hidden_states=same, router_logits=[ls[0], ls[2], ls[1], ls[1]])
+    with pytest.raises(fp4moe.InvalidArgumentError, match=r"rank 1's token count differs from rank 0's"):
+        rl(p, cfg, hidden_states=[xs[0], xs[0][:1].copy(), xs[1], xs[1]],
+           router_logits=[ls[0], ls[0][:1].copy(), ls[1], ls[1]])
+    ids = [np.zeros((2, p.top_k), np.int32) + np.arange(p.top_k, dtype=np.int32) for _ in range(4)]
+    w = [np.full((2, p.top_k), 0.125, np.float32) for _ in range(4)]
+    w[3] = w[3] * 2
+    with pytest.raises(fp4moe.InvalidArgumentError, match=r"rank 3's topk_weights differ from rank 2's"):
+        rl(p, cfg, hidden_states=same, topk_ids=ids, topk_weights=w)
+
+
 def test_errors_raised_on_a_rank_name_it():
     p = small()
     xs, ls = inputs(p, 2, T=9)  # problem.max_tokens is 8
