@@ -700,6 +700,32 @@ TEST(ParallelMoe, GraphModeMismatchedPaddingIsDetectedWhenChecked) {
   EXPECT_FALSE(st[1].ok());
 }
 
+// The TP ranks of one DP group passing different token counts: every rank learns which one differs.
+TEST(ParallelMoe, TpRanksWithDifferentTokenCountsAreDetected) {
+  MoeProblem p = small_problem();
+  p.max_tokens = 8;
+  const HostMoeWeights w = make_random_weights(p, 7);
+  const ParallelConfig tp2{1, 2, 1};
+  auto world = LocalWorld::create(2, with_timeout(10000));
+  auto st = run_local_ranks(world, [&](int rank, Communicator& comm) -> Status {
+    std::unique_ptr<ExpertBackend> backend;
+    FP4MOE_RETURN_IF_ERROR(make_cpu_reference_backend(p, w, rank_layout(tp2, rank), {}, &backend));
+    std::unique_ptr<ParallelMoe> layer;
+    FP4MOE_RETURN_IF_ERROR(
+        ParallelMoe::create(p, tp2, Strategy::kTpAllReduce, &comm, std::move(backend), {}, &layer));
+    const GroupData g = make_group(p, w, 3, 20);
+    std::vector<float> out(size_t(3 * p.hidden_size));
+    ParallelMoe::Args a;
+    a.hidden = g.hidden.data();
+    a.router_logits = g.logits.data();
+    a.num_tokens = rank == 0 ? 3 : 2;
+    a.out = out.data();
+    return layer->forward(a);
+  });
+  EXPECT_TRUE(contains(st[0].message(), "num_tokens = 3 but rank 1 of the group passes 2")) << st[0].message();
+  EXPECT_TRUE(contains(st[1].message(), "num_tokens = 2 but rank 0 of the group passes 3")) << st[1].message();
+}
+
 // Every token routed to the experts of the last rank: with alltoall all the other ranks receive nothing
 // and send everything to one peer; with allgather-reducescatter they contribute exact zeros.
 TEST(ParallelMoe, AllTokensOnOneRanksExperts) {

@@ -576,16 +576,18 @@ def test_errors_raised_on_a_rank_name_it():
     xs, ls = inputs(p, 2, T=9)  # problem.max_tokens is 8
     with pytest.raises(fp4moe.InvalidArgumentError, match=r"rank \d: num_tokens = 9 must be in \[0, max_tokens = 8\]"):
         fp4moe.parallel.run_local(p, (2, 1, 2), "alltoall", hidden_states=xs, router_logits=ls)
-    # The two TP ranks of one DP group hold the same tokens: a different count on one is caught.
+    # The two TP ranks of one DP group hold the same tokens: a different count on one is caught, by
+    # the binding before any rank starts (the ranks' own count agreement, which ParallelMoE's processes
+    # rely on, is test_parallel's).
     xs, ls = inputs(p, 2, T=3)
     xs2, ls2 = inputs(p, 2, T=2)
-    with pytest.raises(fp4moe.InvalidArgumentError, match="rank 1 of the group passes 2"):
+    with pytest.raises(fp4moe.InvalidArgumentError, match="rank 1's token count differs from rank 0's"):
         fp4moe.parallel.run_local(p, (1, 2, 1), hidden_states=[xs[0], xs2[0]], router_logits=[ls[0], ls2[0]])
     # An expert id out of range is refused by the reference on the rank that sees it.
     ids = [np.full((3, p.top_k), p.num_experts, np.int32)] * 2
     w = [np.full((3, p.top_k), 0.1, np.float32)] * 2
     with pytest.raises(fp4moe.InvalidArgumentError, match=r"rank \d: topk_ids\[0\] = 128 is outside"):
-        fp4moe.parallel.run_local(p, (1, 2, 1), hidden_states=xs, topk_ids=ids, topk_weights=w)
+        fp4moe.parallel.run_local(p, (1, 2, 1), hidden_states=[xs[0], xs[0]], topk_ids=ids, topk_weights=w)
 
 
 # ---- ParallelMoE (GPU over NCCL): only what runs without a GPU ---------------------------------------
