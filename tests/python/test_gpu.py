@@ -354,6 +354,43 @@ def test_cuda_graph_capture():
         assert torch.linalg.norm(y.float()) > 0
 
 
+_ALLOCATOR_SCRIPT = r'''
+import hashlib, sys, torch, fp4moe
+p = fp4moe.preset("qwen3-30b-a3b").scaled(8)
+p.max_tokens = 64
+moe = fp4moe.MoE.dummy(p, 5, device="cuda")
+g = torch.Generator().manual_seed(7)
+x = torch.randn(33, p.hidden_size, generator=g).to(torch.bfloat16).cuda()
+logits = torch.randn(33, p.num_experts, generator=g).cuda()
+y = moe(x, logits)
+torch.cuda.synchronize()
+print(torch.cuda.get_allocator_backend(), float(torch.linalg.norm(y.float())),
+      hashlib.sha256(y.view(torch.int16).cpu().numpy().tobytes()).hexdigest())
+'''
+
+
+@requires_gpu
+def test_gpu_forward_takes_memory_from_every_torch_allocator():
+    """The forward's pointer checks accept what PyTorch's allocators hand out: cudaMalloc blocks,
+    expandable segments (virtual memory mapped with cuMemMap) and cudaMallocAsync pools, with the
+    same bits from each (one process per setting: the allocator is chosen at CUDA start-up)."""
+    import os
+    import subprocess
+    import sys
+
+    results = {}
+    for conf in ("", "expandable_segments:True", "backend:cudaMallocAsync"):
+        env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=conf)
+        run = subprocess.run([sys.executable, "-c", _ALLOCATOR_SCRIPT], env=env, capture_output=True, text=True,
+                             timeout=300)
+        assert run.returncode == 0, f"PYTORCH_CUDA_ALLOC_CONF={conf!r}: {run.stderr[-2000:]}"
+        backend, norm, digest = run.stdout.split()[-3:]
+        assert backend == ("cudaMallocAsync" if "cudaMallocAsync" in conf else "native"), (conf, backend)
+        assert float(norm) > 0, conf
+        results[conf] = digest
+    assert len(set(results.values())) == 1, results
+
+
 @requires_gpu
 def test_torch_compile_gpu():
     p = scaled_problem("qwen3-30b-a3b", 8)
