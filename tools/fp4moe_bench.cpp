@@ -40,6 +40,7 @@
 #include "reference/moe_reference.h"
 #include "src/gemm/sm90/tune.h"
 #include "src/moe/workspace.h"
+#include "tools/cli_args.h"
 #include "tools/gpu_clocks.h"
 #include "tools/routing_file.h"
 
@@ -87,8 +88,9 @@ struct Options {
 };
 
 [[noreturn]] void usage(const char* msg) {
-  std::fprintf(stderr,
-               "error: %s\n"
+  const bool help = msg == nullptr;  // --help: the usage on stdout, status 0
+  std::fprintf(help ? stdout : stderr,
+               "%s%s%s"
                "usage: fp4moe-bench [--preset NAME] [--tokens 1,128,8192] [--mode w4a16|w4a4] [--path auto|sm90|simt]\n"
                "                    [--check] [--check-tokens N] [--json FILE] [--iters N] [--warmup N]\n"
                "                    [--warmup-ms MS] [--seed N] [--scale F] [--routing model|random]\n"
@@ -97,8 +99,8 @@ struct Options {
                "                    [--split-k] [--no-tail-tiles] [--no-gemm-overlap] [--no-direct-gemm1]\n"
                "                    [--no-range-split] [--max-sms N] [--verbose]\n"
                "                    [--dump-routing DIR] [--trace] [--clocks] [--back-to-back]\n",
-               msg);
-  std::exit(2);
+               help ? "" : "error: ", help ? "" : msg, help ? "" : "\n");
+  std::exit(help ? 0 : 2);
 }
 
 Options parse(int argc, char** argv) {
@@ -110,11 +112,12 @@ Options parse(int argc, char** argv) {
       if (i + 1 >= argc) usage((a + " needs a value").c_str());
       return argv[++i];
     };
-    auto integer = [&](const std::string& v) {
-      char* end = nullptr;
-      const long long x = std::strtoll(v.c_str(), &end, 10);
-      if (!end || *end || x < 0) usage((a + " = '" + v + "' is not a non-negative integer").c_str());
-      return int64_t(x);
+    // (every count is bounded: a value past the bound is refused, never wrapped into an int)
+    auto integer = [&](const std::string& v, int64_t lo = 0, int64_t hi = int64_t(1) << 30) {
+      int64_t x = 0;
+      const std::string err = cli::parse_int(a, v, lo, hi, &x);
+      if (!err.empty()) usage(err.c_str());
+      return x;
     };
     if (a == "--preset") o.preset = value();
     else if (a == "--tokens") {
@@ -129,12 +132,12 @@ Options parse(int argc, char** argv) {
       Status s = parse_kernel_path(value(), &o.path);
       if (!s.ok()) usage(s.message().c_str());
     } else if (a == "--check") o.check = true;
-    else if (a == "--check-tokens") {
-      o.check_tokens = int(integer(value()));
-      if (o.check_tokens < 1) usage(("--check-tokens = " + std::to_string(o.check_tokens) + " must be >= 1").c_str());
+    else if (a == "--check-tokens") o.check_tokens = int(integer(value(), 1));
+    else if (a == "--checkpoint") {
+      o.checkpoint = value();
+      if (o.checkpoint.empty()) usage("--checkpoint is empty");
     }
-    else if (a == "--checkpoint") o.checkpoint = value();
-    else if (a == "--layer") o.layer = int(integer(value()));
+    else if (a == "--layer") o.layer = int(integer(value(), 0, 1 << 20));
     else if (a == "--tune") o.tune_out = value();
     else if (a == "--tune-file") o.tune_file = value();
     else if (a == "--tune-only") {
@@ -171,18 +174,30 @@ Options parse(int argc, char** argv) {
     else if (a == "--no-gemm-overlap") o.gemm_overlap = false;
     else if (a == "--no-range-split") o.range_split = false;
     else if (a == "--no-direct-gemm1") o.direct_gemm1 = false;
-    else if (a == "--max-sms") o.max_sms = int(integer(value()));  // (0: every SM; integer() refuses < 0)
+    else if (a == "--max-sms") o.max_sms = int(integer(value(), 0, 1 << 20));  // (0: every SM)
     else if (a == "--dump-routing") o.dump_routing = value();
     else if (a == "--json") o.json = value();
-    else if (a == "--iters") o.iters = std::max<int>(1, int(integer(value())));
+    else if (a == "--iters") o.iters = int(integer(value(), 1));
     else if (a == "--warmup") o.warmup = int(integer(value()));
-    else if (a == "--warmup-ms") o.warmup_ms = double(integer(value()));
-    else if (a == "--seed") o.seed = uint64_t(integer(value()));
-    else if (a == "--scale") o.scale = std::max<int>(1, int(integer(value())));
-    else if (a == "--help" || a == "-h") usage("help requested");
+    else if (a == "--warmup-ms") o.warmup_ms = double(integer(value(), 0, 3600 * 1000));
+    else if (a == "--seed") o.seed = uint64_t(integer(value(), 0, INT64_MAX));
+    else if (a == "--scale") o.scale = int(integer(value(), 1, 1 << 20));
+    else if (a == "--help" || a == "-h") usage(nullptr);
     else usage(("unknown argument '" + a + "'").c_str());
   }
   if (!o.tune_only.empty() && o.tune_out.empty()) usage("--tune-only needs --tune FILE");
+  // Files the run writes at its end, or reads at its start: checked now, not after minutes of work.
+  for (const std::string& err :
+       {o.json.empty() ? "" : cli::check_writable("--json", o.json),
+        o.tune_out.empty() ? "" : cli::check_writable("--tune", o.tune_out),
+        o.tune_file.empty() ? "" : cli::check_readable("--tune-file", o.tune_file),
+        o.dump_routing.empty() ? "" : cli::check_writable_dir("--dump-routing", o.dump_routing)})
+    if (!err.empty()) usage(err.c_str());
+  if (o.checkpoint.empty()) {
+    MoeProblem p;
+    if (Status s = get_preset(o.preset, &p); !s.ok()) usage(s.message().c_str());
+    if (o.layer >= 0) usage("--layer needs --checkpoint DIR");
+  }
   return o;
 }
 
@@ -714,7 +729,8 @@ void write_json(const Options& o, const MoeProblem& p, const char* gpu, const Ce
     std::exit(1);
   }
   f << "{\n  \"tool\": \"fp4moe-bench\",\n  \"date\": \"" << now_utc() << "\",\n  \"commit\": \"" << commit()
-    << "\",\n  \"gpu\": \"" << gpu << "\",\n  \"command\": \"" << o.argv << "\",\n  \"preset\": \"" << p.name
+    << "\",\n  \"gpu\": \"" << cli::json_escape(gpu) << "\",\n  \"command\": \"" << cli::json_escape(o.argv)
+    << "\",\n  \"preset\": \"" << cli::json_escape(p.name)
     << "\",\n  \"mode\": \"" << to_string(p.mode) << "\",\n  \"split_k\": " << (o.split_k ? "true" : "false")
     << ",\n  \"tail_tiles\": " << (o.tail_tiles ? "true" : "false")
     << ",\n  \"gemm_overlap\": " << (o.gemm_overlap ? "true" : "false")
@@ -808,6 +824,21 @@ int run_cpu_fallback(const Options& o, const char* why) {
   MoeProblem p;
   HostMoeWeights w;
   std::printf("fp4moe-bench: no CUDA GPU available (%s).\n", why);
+  // The options that only mean something for the GPU layer, said out loud rather than dropped.
+  std::string ignored;
+  auto note = [&](bool given, const char* what) {
+    if (given) ignored += std::string(ignored.empty() ? "" : ", ") + what;
+  };
+  note(o.check, "--check (the CPU reference is what it compares against)");
+  note(!o.json.empty(), "--json (no file is written)");
+  note(!o.tune_out.empty() || !o.tune_file.empty(), "--tune / --tune-file");
+  note(!o.dump_routing.empty(), "--dump-routing");
+  note(o.path != KernelPath::kAuto, "--path");
+  note(o.random_routing, "--routing random");
+  note(o.split_k || !o.tail_tiles || !o.gemm_overlap || !o.range_split || !o.direct_gemm1 || o.max_sms > 0,
+       "the layer options (--split-k, --no-*, --max-sms)");
+  note(o.clocks || o.trace || o.back_to_back, "--clocks / --trace / --back-to-back");
+  if (!ignored.empty()) std::printf("Not applied without a GPU: %s.\n", ignored.c_str());
   if (!o.checkpoint.empty()) {
     load_checkpoint(o, &p, &w);
     p.mode = o.mode;
@@ -845,7 +876,7 @@ int run_cpu_fallback(const Options& o, const char* why) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int tool_main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   int num_devices = 0;
   const cudaError_t err = cudaGetDeviceCount(&num_devices);
@@ -1019,4 +1050,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   return 0;
+}
+
+int main(int argc, char** argv) {
+  return fp4moe::cli::run_main("fp4moe-bench", [&] { return tool_main(argc, argv); });
 }

@@ -49,6 +49,8 @@
 #include <arpa/inet.h>
 #include <unistd.h>
 
+#include <cuda_runtime_api.h>
+
 #include <algorithm>
 #include <chrono>
 #include <csignal>
@@ -69,6 +71,7 @@
 #include "src/comm/bootstrap.h"
 #include "src/comm/nccl_comm.h"
 #include "src/moe/parallel_moe.h"
+#include "tools/cli_args.h"
 
 extern char** environ;
 
@@ -105,22 +108,26 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
-int to_int(const std::string& flag, const std::string& v) {
-  char* end = nullptr;
-  const long x = std::strtol(v.c_str(), &end, 10);
-  if (v.empty() || *end || x < 0 || x > (1 << 30)) die(flag + " = '" + v + "' is not a non-negative integer");
+int to_int(const std::string& flag, const std::string& v, int lo = 0, int hi = 1 << 30) {
+  int64_t x = 0;
+  const std::string err = cli::parse_int(flag, v, lo, hi, &x);
+  if (!err.empty()) die(err);
   return int(x);
 }
 
+// Ranks started on one machine: threads of the fp64 reference with --cpu, one process per GPU otherwise.
+constexpr int kMaxCpuRanks = 256;
+
 Options parse(int argc, char** argv) {
   Options o;
+  bool scale_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
       if (i + 1 >= argc) die(a + " needs a value");
       return argv[++i];
     };
-    if (a == "--nproc") o.nproc = to_int(a, value());
+    if (a == "--nproc") o.nproc = to_int(a, value(), 1, 1 << 16);
     else if (a == "--preset") o.preset = value();
     else if (a == "--mode") {
       const Status s = parse_mode(value(), &o.mode);
@@ -131,22 +138,31 @@ Options parse(int argc, char** argv) {
     }
     else if (a == "--tokens") {
       o.tokens.clear();
-      for (const auto& t : split_list(value())) o.tokens.push_back(to_int(a, t));
+      // (at least one token a rank: the layer is sized for the largest count)
+      for (const auto& t : split_list(value())) o.tokens.push_back(to_int(a, t, 1, 1 << 20));
     } else if (a == "--configs") o.configs = value();
     else if (a == "--strategies") o.strategies = value();
-    else if (a == "--iters") o.iters = std::max(1, to_int(a, value()));
+    else if (a == "--iters") o.iters = to_int(a, value(), 1);
     else if (a == "--warmup") o.warmup = to_int(a, value());
-    else if (a == "--timeout-ms") o.timeout_ms = std::max(1, to_int(a, value()));
+    else if (a == "--timeout-ms") o.timeout_ms = to_int(a, value(), 1);
     else if (a == "--cpu") o.cpu = true;
-    else if (a == "--scale") o.scale = std::max(1, to_int(a, value()));
+    else if (a == "--scale") o.scale = to_int(a, value(), 1, 1 << 20), scale_given = true;
     else if (a == "--help" || a == "-h") {
-      std::printf("see the header of tools/fp4moe_bench_parallel.cpp\n");
+      std::printf(
+          "usage: fp4moe-bench-parallel --nproc N [--preset NAME] [--mode w4a16|w4a4] [--tokens 1,128,1024,8192]\n"
+          "                             [--configs all|dp2tp1ep2,...] [--strategies all|alltoall,...]\n"
+          "                             [--quantized-dispatch auto|off|on] [--iters N] [--warmup N]\n"
+          "                             [--timeout-ms MS] [--cpu [--scale N]]\n"
+          "(the columns and the launch modes are described at the top of tools/fp4moe_bench_parallel.cpp)\n");
       std::exit(0);
     } else {
       die("unknown argument '" + a + "'");
     }
   }
-  if (o.nproc < 1) die("--nproc = " + std::to_string(o.nproc) + " must be >= 1");
+  if (o.cpu && o.nproc > kMaxCpuRanks)
+    die("--nproc = " + std::to_string(o.nproc) + " with --cpu: at most " + std::to_string(kMaxCpuRanks) +
+        " in-process ranks (one thread each)");
+  if (scale_given && !o.cpu) die("--scale is for --cpu runs only (the GPU runs the full layer)");
   if (o.quantized_dispatch == QuantizedDispatch::kOn && o.mode != Mode::kW4A4)
     die(std::string("--quantized-dispatch on needs --mode w4a4 (mode is ") + to_string(o.mode) + ")");
   if (o.tokens.empty()) die("--tokens is empty");
@@ -216,6 +232,9 @@ Status run_rank(const Options& o, const MoeProblem& base, comm::Communicator& wo
                 const GraphTimer& time_graph = {}) {
   const int rank = world.rank();
   const auto runs = plan(o, base, world.size());
+  if (runs.empty())
+    return invalid_argument("no (config, strategy) pair of ", world.size(), " ranks for ", base.name,
+                            " matches --configs ", o.configs, " --strategies ", o.strategies);
   if (rank == 0) {
     std::printf("fp4moe-bench-parallel: %d ranks (%s), preset %s, %s, H %lld, I %lld, E %d, top-%d; ms, slowest rank\n",
                 world.size(), o.cpu ? "cpu reference" : "nccl", base.name.c_str(), to_string(base.mode),
@@ -224,7 +243,6 @@ Status run_rank(const Options& o, const MoeProblem& base, comm::Communicator& wo
                 "plus 8 B per top-k slot\n", to_string(o.quantized_dispatch));
     std::printf("%-12s %-24s %8s %10s %10s %10s %10s %10s %10s %10s %10s %10s  %s\n", "config", "strategy", "tok/rank",
                 "dispatch", "experts", "combine", "phases", "step", "raw-comm", "graph", "g-exp", "g-raw", "wire");
-    if (runs.empty()) std::printf("(no config/strategy matches --configs/--strategies for %d ranks)\n", world.size());
   }
   MoeProblem p = base;
   p.max_tokens = *std::max_element(o.tokens.begin(), o.tokens.end());
@@ -475,6 +493,15 @@ int run_gpu_rank(const Options& o, const MoeProblem& p, const LaunchInfo& info) 
 // stopped after their deadline would have passed anyway (they fail on their own through the
 // communicator's deadline; SIGTERM is the backstop).
 int launch_local(int argc, char** argv, const Options& o) {
+  // One GPU per rank: more ranks than GPUs would leave the extra ones failing and the others
+  // waiting for them until their deadline.
+  int gpus = 0;
+  if (const cudaError_t e = cudaGetDeviceCount(&gpus); e != cudaSuccess)
+    die(std::string("--nproc ") + std::to_string(o.nproc) + ": no CUDA GPU (" + cudaGetErrorString(e) +
+        "); --cpu runs the ranks on the CPU reference");
+  if (o.nproc > gpus)
+    die("--nproc = " + std::to_string(o.nproc) + " but this machine has " + std::to_string(gpus) +
+        " GPU(s), one per rank; --cpu runs more ranks on the CPU reference");
   const int port = comm::find_free_loopback_port();
   if (port == 0) die("no free local port for the rendezvous");
   std::vector<pid_t> pids;
@@ -498,7 +525,12 @@ int launch_local(int argc, char** argv, const Options& o) {
     for (auto& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
     pid_t pid = 0;
-    if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv, envp.data()) != 0) die("posix_spawn failed");
+    if (const int err = posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv, envp.data()); err != 0) {
+      // The ranks already started would wait for this one until their deadline: stop them first.
+      for (pid_t started : pids) ::kill(started, SIGTERM);
+      for (pid_t started : pids) ::waitpid(started, nullptr, 0);
+      die("starting rank " + std::to_string(r) + " failed: " + std::strerror(err));
+    }
     pids.push_back(pid);
   }
   (void)argc;
@@ -529,7 +561,7 @@ int launch_local(int argc, char** argv, const Options& o) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int tool_main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   MoeProblem p;
   Status s = get_preset(o.preset, &p);
@@ -537,10 +569,26 @@ int main(int argc, char** argv) {
   p.mode = o.mode;
   s = validate(p);
   if (!s.ok()) die(s.to_string());
-  if (o.cpu) {
-    p = scaled_preset(p, o.scale);
-    return run_cpu(o, p);
+  if (o.cpu) p = scaled_preset(p, o.scale);
+  // Names in --configs / --strategies must exist (a typo used to run nothing and succeed).
+  if (o.strategies != "all")
+    for (const std::string& name : split_list(o.strategies)) {
+      Strategy st;
+      if (Status e = parse_strategy(name, &st); !e.ok()) die("--strategies: " + e.message());
+    }
+  if (o.configs != "all") {
+    std::vector<std::string> known;
+    for (const ParallelConfig& c : valid_configs(p, o.nproc)) known.push_back(config_name(c));
+    for (const std::string& name : split_list(o.configs))
+      if (std::find(known.begin(), known.end(), name) == known.end()) {
+        std::string all;
+        for (const auto& k : known) all += (all.empty() ? "" : ", ") + k;
+        die("--configs: '" + name + "' is not a valid config of " + std::to_string(o.nproc) + " ranks for " + p.name +
+            " (valid: " + (all.empty() ? "none" : all) + ")");
+      }
+    if (split_list(o.configs).empty()) die("--configs is empty");
   }
+  if (o.cpu) return run_cpu(o, p);
   LaunchInfo info;
   s = launch_info_from_environment(&info);
   if (!s.ok()) die(s.to_string());
@@ -548,4 +596,8 @@ int main(int argc, char** argv) {
   if (info.launcher != "none" && info.world_size != o.nproc && o.nproc != 1)
     die("--nproc = " + std::to_string(o.nproc) + " but the launcher started " + std::to_string(info.world_size) + " ranks");
   return run_gpu_rank(o, p, info);
+}
+
+int main(int argc, char** argv) {
+  return fp4moe::cli::run_main("fp4moe-bench-parallel", [&] { return tool_main(argc, argv); });
 }

@@ -31,6 +31,7 @@
 #include "fp4moe/moe.h"
 #include "fp4moe/numerics.h"
 #include "reference/moe_reference.h"
+#include "tools/cli_args.h"
 
 #if FP4MOE_HAS_CUDA
 #include <cuda_runtime.h>
@@ -54,13 +55,15 @@ struct Options {
 };
 
 [[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr,
-               "fp4moe-check: %s\n"
+  const bool help = why.empty();  // --help: the usage on stdout, status 0
+  std::fprintf(help ? stdout : stderr,
+               "%s%s%s"
                "usage: fp4moe-check --checkpoint DIR [--layer L] [--tokens T] [--mode w4a16|w4a4]\n"
                "                    [--path auto|sm90|simt] [--ep-rank R --ep-size N] [--tp-rank R --tp-size N]\n"
-               "                    [--threads N] [--seed S] [--load-rate]\n",
-               why.c_str());
-  std::exit(2);
+               "                    [--threads N] [--seed S] [--load-rate]\n"
+               "  --layer L: a MoE layer of the checkpoint (default: the first); --threads 0: one per core\n",
+               help ? "" : "fp4moe-check: ", why.c_str(), help ? "" : "\n");
+  std::exit(help ? 0 : 2);
 }
 
 Options parse(int argc, char** argv) {
@@ -71,31 +74,39 @@ Options parse(int argc, char** argv) {
       if (i + 1 >= argc) usage("missing value for " + a);
       return argv[++i];
     };
-    auto int_value = [&]() -> long long {
-      const std::string v = value();
-      char* end = nullptr;
-      const long long x = std::strtoll(v.c_str(), &end, 10);
-      if (v.empty() || *end) usage(a + " = '" + v + "' is not an integer");
+    // (bounded: a value past the bound is refused, never wrapped into an int)
+    auto int_value = [&](int64_t lo = 0, int64_t hi = int64_t(1) << 30) -> int64_t {
+      int64_t x = 0;
+      const std::string err = cli::parse_int(a, value(), lo, hi, &x);
+      if (!err.empty()) usage(err);
       return x;
     };
-    if (a == "--checkpoint") o.checkpoint = value();
+    if (a == "--checkpoint") {
+      o.checkpoint = value();
+      if (o.checkpoint.empty()) usage("--checkpoint is empty");
+    }
     else if (a == "--layer") o.layer = int(int_value());
     else if (a == "--tokens") o.tokens = int_value();
     else if (a == "--mode") {
       if (Status s = parse_mode(value(), &o.mode); !s.ok()) usage(s.message());
-    } else if (a == "--path") o.path = value();
+    } else if (a == "--path") {
+      o.path = value();
+      if (o.path != "auto" && o.path != "sm90" && o.path != "simt")
+        usage("--path = '" + o.path + "' is not one of: auto, sm90, simt");
+    }
     else if (a == "--ep-rank") o.shard.ep_rank = int(int_value());
     else if (a == "--ep-size") o.shard.ep_size = int(int_value());
     else if (a == "--tp-rank") o.shard.tp_rank = int(int_value());
     else if (a == "--tp-size") o.shard.tp_size = int(int_value());
-    else if (a == "--seed") o.seed = uint64_t(int_value());
+    else if (a == "--seed") o.seed = uint64_t(int_value(0, INT64_MAX));
     else if (a == "--threads") o.shard.num_threads = int(int_value());
     else if (a == "--load-rate") o.load_rate = true;
-    else if (a == "--help" || a == "-h") usage("help");
+    else if (a == "--help" || a == "-h") usage("");
     else usage("unknown argument '" + a + "'");
   }
   if (o.checkpoint.empty()) usage("--checkpoint DIR is required");
-  if (o.tokens < 1 || o.tokens > (1 << 20)) usage("--tokens must be in [1, 2^20]");
+  if (o.tokens < 1 || o.tokens > (1 << 20))
+    usage("--tokens = " + std::to_string(o.tokens) + " must be in [1, 2^20]");
   return o;
 }
 
@@ -252,7 +263,7 @@ Status run_gpu(const MoeProblem& p, const HostMoeWeights& w, const Options& o, c
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int tool_main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   std::unique_ptr<Checkpoint> ckpt;
   auto t0 = std::chrono::steady_clock::now();
@@ -349,4 +360,8 @@ int main(int argc, char** argv) {
   std::printf("gpu: this build has no CUDA (FP4MOE_ENABLE_CUDA=OFF): GPU check skipped, reference only\n");
   return 0;
 #endif
+}
+
+int main(int argc, char** argv) {
+  return fp4moe::cli::run_main("fp4moe-check", [&] { return tool_main(argc, argv); });
 }

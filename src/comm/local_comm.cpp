@@ -12,6 +12,8 @@
 #include <condition_variable>
 #include <cstring>
 #include <map>
+#include <string>
+#include <system_error>
 #include <thread>
 
 #include "fp4moe/numerics.h"
@@ -415,8 +417,20 @@ std::vector<Status> run_local_ranks(const std::shared_ptr<LocalWorld>& world,
   std::vector<std::unique_ptr<Communicator>> comms(n);
   for (int r = 0; r < n; ++r) comms[r] = world->communicator(r);
   std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] { results[r] = fn(r, *comms[r]); });
+  for (int r = 0; r < n; ++r) {
+    try {
+      threads.emplace_back([&, r] { results[r] = fn(r, *comms[r]); });
+    } catch (const std::system_error& e) {
+      // No thread for this rank (the process's thread limit): it and the ranks after it fail now, and
+      // the ranks already running learn it from the abort instead of waiting for their deadline.
+      const std::string reason = detail::concat("no thread for rank ", r, " of ", n, ": ", e.what());
+      for (int q = r; q < n; ++q) {
+        results[q] = Status(StatusCode::kUnsupported, reason);
+        world->kill(q, reason);
+      }
+      break;
+    }
+  }
   for (auto& t : threads) t.join();
   return results;
 }
