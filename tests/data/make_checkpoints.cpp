@@ -20,6 +20,7 @@
 
 #include "fp4moe/moe.h"
 #include "tests/data/checkpoint_writer.h"
+#include "tools/cli_args.h"
 
 using namespace fp4moe;
 using namespace fp4moe::testing;
@@ -49,22 +50,29 @@ int main(int argc, char** argv) {
       if (i + 1 >= argc) usage(("missing value for " + a).c_str());
       return argv[++i];
     };
+    // (checked and bounded: a typo or a huge count fails here, not after writing gigabytes)
+    auto number = [&](int64_t lo, int64_t hi) {
+      int64_t x = 0;
+      const std::string err = cli::parse_int(a, value(), lo, hi, &x);
+      if (!err.empty()) usage(err.c_str());
+      return x;
+    };
     if (a == "--out") out = value();
     else if (a == "--model") model_name = value();
     else if (a == "--convention") convention_name = value();
     else if (a == "--preset") preset = value();
-    else if (a == "--scale") scale = std::atoi(value().c_str());
-    else if (a == "--layers") layers = std::atoi(value().c_str());
-    else if (a == "--shards") shards = std::atoi(value().c_str());
+    else if (a == "--scale") scale = int(number(1, 1 << 10));
+    else if (a == "--layers") layers = int(number(1, 1 << 10));
+    else if (a == "--shards") shards = int(number(1, 1 << 10));
     else if (a == "--shard-per-layer") per_layer = true;
     else if (a == "--index") index = true;
-    else if (a == "--index-drop-every") drop_every = std::atoi(value().c_str());
+    else if (a == "--index-drop-every") drop_every = int(number(0, 1 << 20));
     else if (a == "--reuse-weights") reuse = true;
-    else if (a == "--seed") seed = std::strtoull(value().c_str(), nullptr, 10);
+    else if (a == "--seed") seed = uint64_t(number(0, INT64_MAX));
     else usage(("unknown argument " + a).c_str());
   }
   if (out.empty() || model_name.empty()) usage("--out and --model are required");
-  if (layers < 1 || shards < 1 || scale < 1) usage("--layers, --shards and --scale must be >= 1");
+  if (scale != 1 && preset.empty()) usage("--scale divides a --preset's sizes: give --preset NAME");
   std::error_code ec;
   std::filesystem::create_directories(out, ec);  // the directory may exist already
   if (ec) {
