@@ -694,6 +694,8 @@ int main(int argc, char** argv) {
              (std::string(argv[i + 1]) == "const" || std::string(argv[i + 1]) == "random"))
       fill_random = std::string(argv[++i]) == "random", fill_given = true;
     else {
+      std::fprintf(stderr, "fp4moe-decode-probe: '%s%s%s' is not an argument it takes\n", a.c_str(),
+                   i + 1 < argc ? " " : "", i + 1 < argc ? argv[i + 1] : "");
       std::fprintf(stderr,
                    "usage: fp4moe-decode-probe [--iters N (rounded up to even)] [--reps N] "
                    "[--set all|decode|wide|layout|overlap|pipeline] [--fill const|random]\n");

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "src/gemm/sm90/ptx.cuh"
+#include "tools/cli_args.h"
 
 namespace {
 
@@ -131,7 +132,20 @@ __global__ void __launch_bounds__(kThreads, 1) gather_kernel(const __grid_consta
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int chunks = argc > 1 ? std::atoi(argv[1]) : 2048;
+  int chunks = 2048;
+  if (argc > 2) {
+    std::fprintf(stderr, "usage: fp4moe-gather-probe [CHUNKS (1..65536, default 2048)]\n");
+    return 2;
+  }
+  if (argc == 2) {
+    int64_t x = 0;
+    const std::string err = fp4moe::cli::parse_int("CHUNKS", argv[1], 1, 65536, &x);
+    if (!err.empty()) {
+      std::fprintf(stderr, "fp4moe-gather-probe: %s\nusage: fp4moe-gather-probe [CHUNKS]\n", err.c_str());
+      return 2;
+    }
+    chunks = int(x);
+  }
   int dev = 0;
   CHECK_CUDA(cudaSetDevice(dev));
   cudaDeviceProp prop{};
