@@ -2,6 +2,7 @@
 // so that a typo fails at once, naming the flag and the text as typed.
 #pragma once
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -36,8 +37,10 @@ inline std::string parse_int(const std::string& flag, const std::string& text, i
 // is writable), so a long run does not end by failing to save its results. Returns "" or the error.
 inline std::string check_writable(const std::string& flag, const std::string& path) {
   if (path.empty()) return flag + " is empty";
-  if (access(path.c_str(), F_OK) == 0)
+  if (struct stat st{}; stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return flag + " = '" + path + "' is a directory; give a file name";
     return access(path.c_str(), W_OK) == 0 ? "" : flag + " = '" + path + "' exists and is not writable";
+  }
   const size_t slash = path.find_last_of('/');
   const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
   if (access(dir.c_str(), W_OK) != 0)

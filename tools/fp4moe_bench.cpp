@@ -93,7 +93,7 @@ struct Options {
                "%s%s%s"
                "usage: fp4moe-bench [--preset NAME] [--tokens 1,128,8192] [--mode w4a16|w4a4] [--path auto|sm90|simt]\n"
                "                    [--check] [--check-tokens N] [--json FILE] [--iters N] [--warmup N]\n"
-               "                    [--warmup-ms MS] [--seed N] [--scale F] [--routing model|random]\n"
+               "                    [--warmup-ms MS] [--seed N] [--scale N] [--routing model|random]\n"
                "                    [--tune FILE [--tune-only NAME,NAME]] [--tune-file FILE]\n"
                "                    [--checkpoint DIR [--layer L]]\n"
                "                    [--split-k] [--no-tail-tiles] [--no-gemm-overlap] [--no-direct-gemm1]\n"
