@@ -52,6 +52,7 @@ struct Options {
   LoadOptions shard;
   uint64_t seed = 1;
   bool load_rate = false;
+  std::vector<std::string> layer_flags;  // the flags given that choose or run one layer's check
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -61,7 +62,9 @@ struct Options {
                "usage: fp4moe-check --checkpoint DIR [--layer L] [--tokens T] [--mode w4a16|w4a4]\n"
                "                    [--path auto|sm90|simt] [--ep-rank R --ep-size N] [--tp-rank R --tp-size N]\n"
                "                    [--threads N] [--seed S] [--load-rate]\n"
-               "  --layer L: a MoE layer of the checkpoint (default: the first); --threads 0: one per core\n",
+               "  --layer L: a MoE layer of the checkpoint (default: the first); --threads 0: one per core\n"
+               "  --load-rate: load every MoE layer (the --ep/--tp shard, --threads) and time it against read();\n"
+               "               --layer, --tokens, --mode, --path and --seed do not apply to it\n",
                help ? "" : "fp4moe-check: ", why.c_str(), help ? "" : "\n");
   std::exit(help ? 0 : 2);
 }
@@ -81,6 +84,8 @@ Options parse(int argc, char** argv) {
       if (!err.empty()) usage(err);
       return x;
     };
+    if (a == "--layer" || a == "--tokens" || a == "--mode" || a == "--path" || a == "--seed")
+      o.layer_flags.push_back(a);
     if (a == "--checkpoint") {
       o.checkpoint = value();
       if (o.checkpoint.empty()) usage("--checkpoint is empty");
@@ -105,6 +110,10 @@ Options parse(int argc, char** argv) {
     else usage("unknown argument '" + a + "'");
   }
   if (o.checkpoint.empty()) usage("--checkpoint DIR is required");
+  // --load-rate loads every MoE layer and runs no tokens: a flag that would not apply is refused, not ignored.
+  if (o.load_rate && !o.layer_flags.empty())
+    usage(o.layer_flags.front() + " does not apply with --load-rate (it loads every MoE layer, with the shard "
+          "options only, and runs no tokens)");
   if (o.tokens < 1 || o.tokens > (1 << 20))
     usage("--tokens = " + std::to_string(o.tokens) + " must be in [1, 2^20]");
   return o;
