@@ -570,6 +570,17 @@ static int tool_main(int argc, char** argv) {
   s = validate(p);
   if (!s.ok()) die(s.to_string());
   if (o.cpu) p = scaled_preset(p, o.scale);
+  // The world the configs are checked against: --nproc, or under a launcher (torchrun, mpirun, SLURM)
+  // the ranks it started (--nproc may be left at 1 there).
+  LaunchInfo info;
+  if (!o.cpu) {
+    s = launch_info_from_environment(&info);
+    if (!s.ok()) die(s.to_string());
+    if (info.launcher != "none" && info.world_size != o.nproc && o.nproc != 1)
+      die("--nproc = " + std::to_string(o.nproc) + " but the launcher started " + std::to_string(info.world_size) +
+          " ranks");
+  }
+  const int world = !o.cpu && info.launcher != "none" ? info.world_size : o.nproc;
   // Names in --configs / --strategies must exist (a typo used to run nothing and succeed).
   if (o.strategies != "all")
     for (const std::string& name : split_list(o.strategies)) {
@@ -578,23 +589,18 @@ static int tool_main(int argc, char** argv) {
     }
   if (o.configs != "all") {
     std::vector<std::string> known;
-    for (const ParallelConfig& c : valid_configs(p, o.nproc)) known.push_back(config_name(c));
+    for (const ParallelConfig& c : valid_configs(p, world)) known.push_back(config_name(c));
     for (const std::string& name : split_list(o.configs))
       if (std::find(known.begin(), known.end(), name) == known.end()) {
         std::string all;
         for (const auto& k : known) all += (all.empty() ? "" : ", ") + k;
-        die("--configs: '" + name + "' is not a valid config of " + std::to_string(o.nproc) + " ranks for " + p.name +
+        die("--configs: '" + name + "' is not a valid config of " + std::to_string(world) + " ranks for " + p.name +
             " (valid: " + (all.empty() ? "none" : all) + ")");
       }
     if (split_list(o.configs).empty()) die("--configs is empty");
   }
   if (o.cpu) return run_cpu(o, p);
-  LaunchInfo info;
-  s = launch_info_from_environment(&info);
-  if (!s.ok()) die(s.to_string());
   if (info.launcher == "none" && o.nproc > 1) return launch_local(argc, argv, o);
-  if (info.launcher != "none" && info.world_size != o.nproc && o.nproc != 1)
-    die("--nproc = " + std::to_string(o.nproc) + " but the launcher started " + std::to_string(info.world_size) + " ranks");
   return run_gpu_rank(o, p, info);
 }
 
