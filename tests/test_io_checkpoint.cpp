@@ -208,6 +208,28 @@ TEST_P(CheckpointRoundTrip, LoadsBitExactlyAndMatchesTheReference) {
 INSTANTIATE_TEST_SUITE_P(Conventions, CheckpointRoundTrip, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
+// H = 4 I: the fused 3-D weights of the two orientations have the same shape ([E, 2I, 2I]); the scale
+// shapes tell them apart, and both load bit-exactly.
+TEST(CheckpointFused3d, OrientationWhereTheWeightShapesCoincide) {
+  for (const Case& c : {kCases[3], kCases[4]}) {
+    SCOPED_TRACE(c.name);
+    CheckpointSpec spec = spec_of(c);
+    spec.problem.intermediate_size = spec.problem.hidden_size / 4;
+    const std::vector<HostMoeWeights> layers = source_layers(spec);
+    testing::TempDir dir("fp4moe_test_ckpt");
+    ASSERT_OK(testing::write_checkpoint(dir.path(), spec, layers));
+    std::unique_ptr<Checkpoint> ckpt;
+    ASSERT_OK(Checkpoint::open(dir.path(), &ckpt));
+    ASSERT_EQ(ckpt->problem().intermediate_size * 4, ckpt->problem().hidden_size);
+    HostMoeWeights loaded;
+    LoadReport report;
+    ASSERT_OK(ckpt->load_moe_layer(testing::moe_layers_of(spec)[0], {}, &loaded, &report));
+    EXPECT_EQ(report.expert_layout, c.convention == Convention::kModeloptFused3d ? "fused 3-D, N-major"
+                                                                                   : "fused 3-D, K-major");
+    expect_same_weights(loaded, layers[0]);
+  }
+}
+
 // Every EP/TP rank reads exactly its part: equal to ref::shard_weights of the full layer.
 TEST(CheckpointShards, EveryRankLoadsItsShard) {
   for (const Case& c : {kCases[0], kCases[3], kCases[4], kCases[6]}) {
@@ -416,6 +438,39 @@ TEST(CheckpointConventions, FusedGateUpUsesTheGateScaleAndWarns) {
   ASSERT_EQ(report.warnings.size(), size_t(spec.problem.num_experts()));
   EXPECT_NE(report.warnings[0].find("uses the gate's"), std::string::npos) << report.warnings[0];
   EXPECT_NE(report.warnings[0].find("scaled by 0.5"), std::string::npos) << report.warnings[0];
+}
+
+// Overwrites the F32 scalar `name` of an open checkpoint's shard in place (header untouched).
+void poke_f32(const Checkpoint& ckpt, const std::string& name, float value) {
+  const SafetensorsFile* f = nullptr;
+  const TensorInfo* t = ckpt.find_tensor(name, &f);
+  ASSERT_TRUE(t && f) << name;
+  ASSERT_EQ(t->dtype, Dtype::kF32) << name;
+  std::fstream io(f->path(), std::ios::in | std::ios::out | std::ios::binary);
+  uint64_t header = 0;
+  io.read(reinterpret_cast<char*>(&header), 8);
+  io.seekp(std::streamoff(8 + header + t->data_begin));
+  io.write(reinterpret_cast<const char*>(&value), 4);
+  ASSERT_TRUE(io.good()) << f->path();
+}
+
+// compressed-tensors stores encode scales: one whose inverse overflows float is refused by name
+// (it loaded as an infinite decode scale, and the layer's output was NaN).
+TEST(CheckpointConventions, EncodeScaleWithoutAFiniteInverseIsRefused) {
+  const CheckpointSpec spec = spec_of(kCases[1]);
+  testing::TempDir dir("fp4moe_test_ckpt");
+  ASSERT_OK(testing::write_checkpoint(dir.path(), spec, source_layers(spec)));
+  std::unique_ptr<Checkpoint> ckpt;
+  ASSERT_OK(Checkpoint::open(dir.path(), &ckpt));
+  const int layer = testing::moe_layers_of(spec)[0];
+  const std::string name = "model.layers." + std::to_string(layer) + ".mlp.experts.3.down_proj.weight_global_scale";
+  poke_f32(*ckpt, name, 1e-40f);  // subnormal: 1 / 1e-40 is above FLT_MAX
+  ASSERT_OK(Checkpoint::open(dir.path(), &ckpt));
+  HostMoeWeights w;
+  const Status s = ckpt->load_moe_layer(layer, {}, &w);
+  EXPECT_EQ(s.code(), StatusCode::kIoError);
+  EXPECT_NE(s.message().find("'" + name + "'"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("has no finite inverse"), std::string::npos) << s.message();
 }
 
 TEST(CheckpointConventions, InputScalesAreOptional) {

@@ -295,9 +295,10 @@ class LayerLoader {
     if (!t) return io_error(ckpt_.info().directory, ": layer ", layer_, ": tensor '", name, "' is in no shard");
     const int64_t E = ckpt_.problem().num_experts();
     const bool scalar = t->shape.empty() || t->shape == std::vector<int64_t>{1};
-    if (!scalar && t->shape != std::vector<int64_t>{E})
+    // (A per-expert vector only where the caller reads one expert's entry: e < 0 asks for a scalar.)
+    if (!scalar && (e < 0 || t->shape != std::vector<int64_t>{E}))
       return io_error(f->path(), ": tensor '", name, "' has shape ", t->shape_string(), ", expected a scalar ([] or [1])",
-                      e >= 0 ? " or one value per expert" : "");
+                      e >= 0 ? " or one value per expert ([" + std::to_string(E) + "])" : std::string());
     if (t->dtype != Dtype::kF32 && t->dtype != Dtype::kBF16 && t->dtype != Dtype::kF16)
       return io_error(f->path(), ": tensor '", name, "' has dtype ", to_string(t->dtype), ", expected F32, BF16 or F16");
     ++num_tensors_read_;
@@ -343,6 +344,10 @@ Status load_per_expert_nvfp4(LayerLoader& ld, const std::string& base, const cha
     }
     if (!(v > 0)) return io_error(ld.ckpt_.info().directory, ": tensor '", name, "' = ", v, " must be positive (it is divided by)");
     *out = 1.0f / v;
+    // (A subnormal encode scale has no finite float inverse: refused, not loaded as inf.)
+    if (!std::isfinite(*out))
+      return io_error(ld.ckpt_.info().directory, ": tensor '", name, "' = ", v,
+                      " has no finite inverse (the decode scale 1 / value overflows float)");
     return Status::Ok();
   };
   const bool input_scales = ld.exists(base + std::to_string(expert_begin) + "." + proj[0] + "." + iscale_name);
@@ -411,7 +416,8 @@ Status load_per_expert_nvfp4(LayerLoader& ld, const std::string& base, const cha
 
 // Llama-4 fused 3-D expert tensors (experts.gate_up_proj, experts.down_proj, their weight_scale,
 // weight_scale_2 and input_scale; scales per tensor or per expert), in either orientation, told apart
-// by the header shapes (the weight and scale shapes of the two cannot both match):
+// by the header shapes of gate_up_proj and its weight_scale (the weight shapes alone coincide where
+// H = 4 I, the scale shapes never do, H / 16 being 2 I there):
 //   K-major (ModelOpt's Llama-4 export; the [E, in, out] layout of HF's Llama4TextExperts, packed along
 //            `in`): gate_up_proj U8 [E, H/2, 2I], weight_scale [E, H/16, 2I], down_proj [E, I/2, H],
 //            weight_scale [E, I/16, H]. Per expert these are the byte-wise transposes of the usual
@@ -432,10 +438,15 @@ Status load_fused_nvfp4(LayerLoader& ld, const std::string& base, int expert_beg
     return ld.exists(a) ? a : base + proj + "." + suffix;
   };
   const std::string gu = "gate_up_proj", dn = "down_proj";
-  const TensorInfo* probe = ld.ckpt_.find_tensor(name_of(gu, ""));
-  const bool k_major = probe && probe->shape == std::vector<int64_t>{E, H / 2, 2 * I};
-  *layout_name = k_major ? "fused 3-D, K-major" : "fused 3-D, N-major";
   using Shape = std::vector<int64_t>;
+  const TensorInfo* probe = ld.ckpt_.find_tensor(name_of(gu, ""));
+  const TensorInfo* probe_scale = ld.ckpt_.find_tensor(name_of(gu, "weight_scale"));
+  const bool k_major_weight = probe && probe->shape == Shape{E, H / 2, 2 * I};
+  const bool n_major_both = probe && probe->shape == Shape{E, 2 * I, H / 2} && probe_scale &&
+                            probe_scale->shape == Shape{E, 2 * I, H / bs};
+  // (Neither orientation matching both: the weight decides, and the shape checks below name the mismatch.)
+  const bool k_major = k_major_weight && !n_major_both;
+  *layout_name = k_major ? "fused 3-D, K-major" : "fused 3-D, N-major";
   const TensorInfo *t13, *t13s, *t2, *t2s;
   const SafetensorsFile *f13, *f13s, *f2, *f2s;
   FP4MOE_RETURN_IF_ERROR(ld.get(name_of(gu, ""), {Dtype::kU8}, k_major ? Shape{E, H / 2, 2 * I} : Shape{E, 2 * I, H / 2},
