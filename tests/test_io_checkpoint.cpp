@@ -516,6 +516,9 @@ TEST(CheckpointConfig, UnsupportedCheckpointsSayWhy) {
        "hidden_size = 100"},
       {&kCases[0], "config.json", "\"num_experts_per_tok\": 2", "\"num_experts_per_tok\": 2,", StatusCode::kIoError,
        "config.json: JSON error"},
+      // Named as written, not clamped into range first (it read "num_groups = 0 must be > 0").
+      {&kCases[0], "config.json", "\"n_group\": 4", "\"n_group\": -3", StatusCode::kIoError,
+       "'n_group' = -3 must be in [1, 4096]"},
   };
   for (const auto& e : edits) {
     SCOPED_TRACE(e.message);

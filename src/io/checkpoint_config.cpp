@@ -80,6 +80,12 @@ class ConfigView {
     }
     return get_int(key, out);
   }
+  // An optional integer in [lo, hi]: a value outside is named as written (never clamped into range).
+  Status get_int_in(std::string_view key, int64_t fallback, int64_t lo, int64_t hi, int64_t* out) const {
+    FP4MOE_RETURN_IF_ERROR(get_int(key, fallback, out));
+    if (*out < lo || *out > hi) return io_error(file_, ": '", key, "' = ", *out, " must be in [", lo, ", ", hi, "]");
+    return Status::Ok();
+  }
   Status get_positive_int(std::string_view key, int64_t limit, int64_t* out) const {
     FP4MOE_RETURN_IF_ERROR(get_int(key, out));
     if (*out <= 0 || *out > limit) return io_error(file_, ": '", key, "' = ", *out, " must be in [1, ", limit, "]");
@@ -155,9 +161,9 @@ Status read_model(Arch arch, const ConfigView& c, CheckpointInfo* info) {
       FP4MOE_RETURN_IF_ERROR(c.get_positive_int("moe_intermediate_size", kMaxDim, &I));
       FP4MOE_RETURN_IF_ERROR(c.get_positive_int("n_routed_experts", 4096, &E));
       FP4MOE_RETURN_IF_ERROR(c.get_positive_int("num_experts_per_tok", 4096, &K));
-      FP4MOE_RETURN_IF_ERROR(c.get_int("n_group", 1, &groups));
-      FP4MOE_RETURN_IF_ERROR(c.get_int("topk_group", 1, &topk_groups));
-      FP4MOE_RETURN_IF_ERROR(c.get_int("n_shared_experts", 0, &shared));
+      FP4MOE_RETURN_IF_ERROR(c.get_int_in("n_group", 1, 1, 4096, &groups));
+      FP4MOE_RETURN_IF_ERROR(c.get_int_in("topk_group", 1, 1, 4096, &topk_groups));
+      FP4MOE_RETURN_IF_ERROR(c.get_int_in("n_shared_experts", 0, 0, 4096, &shared));
       FP4MOE_RETURN_IF_ERROR(c.get_int("first_k_dense_replace", 0, &first_dense));
       FP4MOE_RETURN_IF_ERROR(c.get_int("moe_layer_freq", 1, &freq));
       FP4MOE_RETURN_IF_ERROR(c.get_double("routed_scaling_factor", 1.0, &scaling));
@@ -169,11 +175,11 @@ Status read_model(Arch arch, const ConfigView& c, CheckpointInfo* info) {
                            "': only DeepSeek-V3 routing (sigmoid, noaux_tc) is supported");
       if (freq <= 0) return io_error(c.file(), ": 'moe_layer_freq' = ", freq, " must be positive");
       p.routing.method = RoutingMethod::kDeepSeekV3;
-      p.routing.num_groups = int(std::clamp<int64_t>(groups, 0, 4096));
-      p.routing.topk_groups = int(std::clamp<int64_t>(topk_groups, 0, 4096));
+      p.routing.num_groups = int(groups);
+      p.routing.topk_groups = int(topk_groups);
       p.routing.routed_scaling_factor = float(scaling);
       p.routing.renormalize = norm;
-      p.num_shared_experts = int(std::clamp<int64_t>(shared, 0, 4096));
+      p.num_shared_experts = int(shared);
       for (int64_t l = 0; l < L; ++l)
         if (l >= first_dense && l % freq == 0) moe.push_back(int(l));
       break;
