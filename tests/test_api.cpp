@@ -106,9 +106,32 @@ TEST(Validate, RejectsEachBadField) {
   p.routing.method = RoutingMethod::kLlama4;
   p.routing.top_k = 2;
   expect_rejected(p, "top_k = 2");
+  p = base;
+  p.mode = Mode(7);  // an integer cast into the enum (a C API, a binding): named, not run as w4a16
+  expect_rejected(p, "mode = 7");
+  p = base;
+  p.activation = Activation(9);
+  expect_rejected(p, "activation = 9");
+  p = base;
+  p.weight_format = WeightFormat(3);
+  expect_rejected(p, "weight_format = 3");
+  p = base;
+  p.num_shared_experts = -1;
+  expect_rejected(p, "num_shared_experts = -1");
   ASSERT_OK(get_preset("gpt-oss-20b", &p));
   p.mode = Mode::kW4A4;
   expect_rejected(p, "w4a4", StatusCode::kUnsupported);
+}
+
+TEST(Presets, ScaledBelowOneIsThePreset) {
+  MoeProblem base;
+  ASSERT_OK(get_preset("deepseek-r1", &base));
+  for (int factor : {0, -4}) {  // (a division by zero before)
+    const MoeProblem s = scaled_preset(base, factor);
+    EXPECT_EQ(s.hidden_size, base.hidden_size);
+    EXPECT_EQ(s.intermediate_size, base.intermediate_size);
+  }
+  EXPECT_EQ(scaled_preset(base, 16).hidden_size, 512);
 }
 
 TEST(Validate, ParsesNames) {

@@ -66,11 +66,13 @@ struct MoeProblem {
 std::vector<std::string> preset_names();
 Status get_preset(std::string_view name, MoeProblem* out);
 // The same routing structure (E, top-k, groups, activation, format) with H and I divided by `factor`
-// (rounded to multiples of 128): runs through the CPU reference in seconds.
+// (rounded up to multiples of 128, at least 128): runs through the CPU reference in seconds. A factor
+// below 1 is taken as 1.
 MoeProblem scaled_preset(const MoeProblem& p, int factor);
 
-// Checks the problem itself: sizes, divisibility (H and I multiples of 128 / the block size), routing
-// config, format/mode/activation combinations. Names the bad field and its value.
+// Checks the problem itself: sizes (H and I positive multiples of 32, so both formats' scale blocks
+// fit whole, at most 2^20), the routing config, the enums, format/mode/activation combinations, the
+// max_tokens bound. Names the bad field and its value.
 Status validate(const MoeProblem& problem);
 
 // ---- Weights ---------------------------------------------------------------------------------------

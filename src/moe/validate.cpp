@@ -22,6 +22,14 @@ Status validate(const MoeProblem& p) {
     return invalid_argument("intermediate_size = ", p.intermediate_size, " exceeds the ", kMaxDim,
                             " this library sizes for");
   FP4MOE_RETURN_IF_ERROR(validate(p.routing));
+  // (Enums from a cast integer: to_string would name another value than the one that runs.)
+  if (p.mode != Mode::kW4A16 && p.mode != Mode::kW4A4) return invalid_argument("mode = ", int(p.mode), " is not a Mode");
+  if (p.activation != Activation::kSwiGLU && p.activation != Activation::kGptOss)
+    return invalid_argument("activation = ", int(p.activation), " is not an Activation");
+  if (p.weight_format != WeightFormat::kNvfp4 && p.weight_format != WeightFormat::kMxfp4)
+    return invalid_argument("weight_format = ", int(p.weight_format), " is not a WeightFormat");
+  if (p.num_shared_experts < 0)
+    return invalid_argument("num_shared_experts = ", p.num_shared_experts, " must be >= 0");
   if (p.max_tokens <= 0)
     return invalid_argument("max_tokens = ", p.max_tokens, " must be > 0");
   // (Divided, not multiplied: max_tokens * top_k can wrap around in int64 and pass.)
