@@ -85,6 +85,7 @@ struct Options {
   bool clocks = false;          // --clocks: the SM clock and power over each timing loop (NVML, tools/gpu_clocks.h)
   bool back_to_back = false;    // --back-to-back: time launches queued back to back (no host wait between them)
   std::string argv;
+  std::set<std::string> given;  // the flags on the command line (to say which ones a run does not apply)
 };
 
 [[noreturn]] void usage(const char* msg) {
@@ -108,6 +109,7 @@ Options parse(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) o.argv += std::string(i ? " " : "") + argv[i];
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    o.given.insert(a);
     auto value = [&]() -> std::string {
       if (i + 1 >= argc) usage((a + " needs a value").c_str());
       return argv[++i];
@@ -193,6 +195,11 @@ Options parse(int argc, char** argv) {
         o.tune_file.empty() ? "" : cli::check_readable("--tune-file", o.tune_file),
         o.dump_routing.empty() ? "" : cli::check_writable_dir("--dump-routing", o.dump_routing)})
     if (!err.empty()) usage(err.c_str());
+  // A checkpoint's config.json gives the problem: a preset or a scale would be silently dropped.
+  if (!o.checkpoint.empty())
+    for (const char* flag : {"--preset", "--scale"})
+      if (o.given.count(flag))
+        usage((std::string(flag) + " does not apply with --checkpoint (the checkpoint's config gives the problem)").c_str());
   if (o.checkpoint.empty()) {
     MoeProblem p;
     if (Status s = get_preset(o.preset, &p); !s.ok()) usage(s.message().c_str());
@@ -539,7 +546,10 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
   row.active_experts = int(touched.size());
   if (!o.dump_routing.empty()) {
     // The routing whose touched experts this row reports (set 0), for the torch peers.
-    const std::string path = tools::routing_file_path(o.dump_routing, o.preset, T);
+    // (Named after the preset, which bench/peers_torch.py looks for; a checkpoint's model type without '/'.)
+    std::string name = o.checkpoint.empty() ? o.preset : layer.problem().name;
+    std::replace(name.begin(), name.end(), '/', '_');
+    const std::string path = tools::routing_file_path(o.dump_routing, name, T);
     if (!tools::write_routing_file(path, T, K, E, ids, wts)) {
       std::fprintf(stderr, "error: --dump-routing: cannot write %s: %s\n", path.c_str(), std::strerror(errno));
       std::exit(1);
@@ -838,6 +848,12 @@ int run_cpu_fallback(const Options& o, const char* why) {
   note(o.split_k || !o.tail_tiles || !o.gemm_overlap || !o.range_split || !o.direct_gemm1 || o.max_sms > 0,
        "the layer options (--split-k, --no-*, --max-sms)");
   note(o.clocks || o.trace || o.back_to_back, "--clocks / --trace / --back-to-back");
+  note(o.given.count("--iters") || o.given.count("--warmup") || o.given.count("--warmup-ms"),
+       "--iters / --warmup / --warmup-ms (the reference runs once)");
+  note(o.given.count("--check-tokens") > 0, "--check-tokens");
+  note(o.verbose, "--verbose");
+  note(o.checkpoint.empty() && o.given.count("--scale") && o.scale < 16,
+       "--scale below 16 (the CPU reference divides H and I by 16 at least)");
   if (!ignored.empty()) std::printf("Not applied without a GPU: %s.\n", ignored.c_str());
   if (!o.checkpoint.empty()) {
     load_checkpoint(o, &p, &w);

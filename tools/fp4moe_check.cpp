@@ -62,7 +62,7 @@ struct Options {
                "usage: fp4moe-check --checkpoint DIR [--layer L] [--tokens T] [--mode w4a16|w4a4]\n"
                "                    [--path auto|sm90|simt] [--ep-rank R --ep-size N] [--tp-rank R --tp-size N]\n"
                "                    [--threads N] [--seed S] [--load-rate]\n"
-               "  --layer L: a MoE layer of the checkpoint (default: the first); --threads 0: one per core\n"
+               "  --layer L: a MoE layer of the checkpoint (default: the first); --threads 0: min(8, hardware threads)\n"
                "  --load-rate: load every MoE layer (the --ep/--tp shard, --threads) and time it against read();\n"
                "               --layer, --tokens, --mode, --path and --seed do not apply to it\n",
                help ? "" : "fp4moe-check: ", why.c_str(), help ? "" : "\n");
