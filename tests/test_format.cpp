@@ -281,6 +281,15 @@ TEST(Nvfp4, RejectsBadArguments) {
   EXPECT_EQ(dequantize_nvfp4_cpu(1, 8, packed.data(), scales.data(), ScaleLayout::kLinear, p.global_scale,
                                  x.data()).code(),
             StatusCode::kInvalidArgument);
+  // No rows: null pointers are fine, as on the GPU (format.h: the same contracts), and nothing is written.
+  p.rows = 0;
+  EXPECT_OK(quantize_nvfp4_cpu(p, nullptr, InputType::kF32, nullptr, nullptr));
+  p.layout = ScaleLayout::kSwizzled128x4;
+  EXPECT_OK(quantize_nvfp4_cpu(p, nullptr, InputType::kF32, nullptr, nullptr));
+  EXPECT_OK(dequantize_nvfp4_cpu(0, 64, nullptr, nullptr, ScaleLayout::kLinear, p.global_scale, nullptr));
+  EXPECT_OK(quantize_mxfp4_cpu(0, 64, nullptr, InputType::kF32, nullptr, nullptr));
+  EXPECT_OK(dequantize_mxfp4_cpu(0, 64, nullptr, nullptr, nullptr));
+  EXPECT_EQ(dequantize_mxfp4_cpu(1, 64, nullptr, scales.data(), x.data()).code(), StatusCode::kInvalidArgument);
   Nvfp4Recipe r;
   s = parse_recipe("fast", &r);
   EXPECT_NE(s.message().find("'fast'"), std::string::npos);

@@ -227,6 +227,12 @@ TEST(Nvfp4Gpu, RejectsMisalignedAndBadShapes) {
   q.cols = 40;
   const Status bad_cols = quantize_nvfp4_gpu(q, x.get(), InputType::kF32, p.get(), s.get(), nullptr);
   EXPECT_NE(bad_cols.message().find("cols = 40"), std::string::npos) << bad_cols.message();
+  // MXFP4's dequantize stores floats: an output off 4-byte alignment is refused, not faulted on.
+  DeviceBuffer<float> out(64);
+  st = dequantize_mxfp4_gpu(2, 32, p.get(), s.get(), reinterpret_cast<float*>(reinterpret_cast<char*>(out.get()) + 2),
+                            nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.message().find("dequantize_mxfp4_gpu: out = "), std::string::npos) << st.message();
   // Host memory the device cannot reach is refused by name before the launch.
   int pageable = 0;
   CUDA_ASSERT(cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, 0));

@@ -66,7 +66,8 @@ Status quantize_nvfp4_cpu(const Nvfp4QuantizeParams& p, const void* x, InputType
                           uint8_t* scales) {
   FP4MOE_RETURN_IF_ERROR(check_shape("quantize_nvfp4", p.rows, p.cols, kNvfp4BlockSize));
   FP4MOE_RETURN_IF_ERROR(check_global_scale(p.global_scale));
-  if (!x || !packed || !scales) return invalid_argument("quantize_nvfp4: null pointer argument");
+  if (p.rows > 0 && (!x || !packed || !scales)) return invalid_argument("quantize_nvfp4: null pointer argument");
+  if (p.rows == 0) return Status::Ok();  // (null pointers allowed, as on the GPU)
   const int64_t num_sf = p.cols / kNvfp4BlockSize;
   if (p.layout == ScaleLayout::kSwizzled128x4) {
     std::memset(scales, 0, scale_bytes(p.layout, p.rows, num_sf));
@@ -92,7 +93,7 @@ Status dequantize_nvfp4_cpu(int64_t rows, int64_t cols, const uint8_t* packed, c
                             ScaleLayout layout, GlobalScale g, float* out) {
   FP4MOE_RETURN_IF_ERROR(check_shape("dequantize_nvfp4", rows, cols, kNvfp4BlockSize));
   FP4MOE_RETURN_IF_ERROR(check_global_scale(g));
-  if (!packed || !scales || !out) return invalid_argument("dequantize_nvfp4: null pointer argument");
+  if (rows > 0 && (!packed || !scales || !out)) return invalid_argument("dequantize_nvfp4: null pointer argument");
   const int64_t num_sf = cols / kNvfp4BlockSize;
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) {
@@ -109,7 +110,7 @@ Status dequantize_nvfp4_cpu(int64_t rows, int64_t cols, const uint8_t* packed, c
 Status quantize_mxfp4_cpu(int64_t rows, int64_t cols, const void* x, InputType x_type, uint8_t* packed,
                           uint8_t* scales) {
   FP4MOE_RETURN_IF_ERROR(check_shape("quantize_mxfp4", rows, cols, kMxfp4BlockSize));
-  if (!x || !packed || !scales) return invalid_argument("quantize_mxfp4: null pointer argument");
+  if (rows > 0 && (!x || !packed || !scales)) return invalid_argument("quantize_mxfp4: null pointer argument");
   const int64_t num_sf = cols / kMxfp4BlockSize;
   float block[kMxfp4BlockSize];
   for (int64_t r = 0; r < rows; ++r) {
@@ -125,7 +126,7 @@ Status quantize_mxfp4_cpu(int64_t rows, int64_t cols, const void* x, InputType x
 Status dequantize_mxfp4_cpu(int64_t rows, int64_t cols, const uint8_t* packed, const uint8_t* scales,
                             float* out) {
   FP4MOE_RETURN_IF_ERROR(check_shape("dequantize_mxfp4", rows, cols, kMxfp4BlockSize));
-  if (!packed || !scales || !out) return invalid_argument("dequantize_mxfp4: null pointer argument");
+  if (rows > 0 && (!packed || !scales || !out)) return invalid_argument("dequantize_mxfp4: null pointer argument");
   const int64_t num_sf = cols / kMxfp4BlockSize;
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) {

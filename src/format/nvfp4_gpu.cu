@@ -187,6 +187,7 @@ Status dequantize_mxfp4_gpu(int64_t rows, int64_t cols, const uint8_t* packed, c
                             cudaStream_t stream) {
   FP4MOE_RETURN_IF_ERROR(check_common("dequantize_mxfp4_gpu", rows, cols, kMxfp4BlockSize, packed, scales, out));
   if (rows == 0) return Status::Ok();
+  FP4MOE_RETURN_IF_ERROR(check_aligned("dequantize_mxfp4_gpu", "out", out, 4));  // (float stores)
   FP4MOE_RETURN_IF_ERROR(
       check_reachable("dequantize_mxfp4_gpu", {{"packed", packed}, {"scales", scales}, {"out", out}}));
   dequantize_mxfp4_kernel<<<grid_for(rows * cols / 2), kThreads, 0, stream>>>(rows, cols, packed, scales, out);
