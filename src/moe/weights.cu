@@ -259,7 +259,10 @@ Status upload_weights(const MoeProblem& p, const MoeWeightsView& h, const Weight
     const int64_t chunk = std::max<int64_t>(1, (int64_t(256) << 20) / std::max(bytes13, bytes2));
     uint8_t *codes = nullptr, *scales = nullptr;
     FP4MOE_CUDA_RETURN(cudaMalloc(&codes, size_t(chunk * std::max(2 * Il * H, H * Il) / 2)));
-    FP4MOE_CUDA_RETURN(cudaMalloc(&scales, size_t(chunk * std::max(2 * Il * H, H * Il) / bs)));
+    if (const cudaError_t e = cudaMalloc(&scales, size_t(chunk * std::max(2 * Il * H, H * Il) / bs)); e != cudaSuccess) {
+      cudaFree(codes);  // (the staging codes, not yet owned by anything)
+      return cuda_status(e, "cudaMalloc(&scales, ...) (the repack's staging scales)", __FILE__, __LINE__);
+    }
     Status inner = [&]() -> Status {
       for (int64_t e0 = 0; e0 < E; e0 += chunk) {
         const int64_t n = std::min<int64_t>(chunk, E - e0);
