@@ -593,6 +593,14 @@ TEST(TuneTable, RejectsMalformedFilesNamingTheLine) {
   EXPECT_NE(s.message().find("line 2"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("before any 'device"), std::string::npos) << s.message();
   EXPECT_EQ(t.load(temp_path("does_not_exist.txt"), "x").code(), StatusCode::kIoError);
+  // Words after the config are refused (a comment is fine).
+  const std::string p7 = temp_path("tune_trailing.txt");
+  write(p7, "fp4moe-tune v3\ndevice x\n7168 2048 256 8 4 BN16_C4_S4_x1_db_c4 # measured\n"
+            "7168 2048 256 8 16 BN16_C4_S4_x1_db_c4 BN32_C4_S6_x1\n");
+  s = t.load(p7, "x");
+  EXPECT_EQ(s.code(), StatusCode::kIoError);
+  EXPECT_NE(s.message().find("line 4"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("unexpected 'BN32_C4_S6_x1'"), std::string::npos) << s.message();
   // Tables from before the configs were renamed say to measure again.
   const std::string p4 = temp_path("tune_v1.txt");
   write(p4, "fp4moe-tune v1\ndevice x\n7168 2048 256 8 4 BN16_C4_S12_x1\n");

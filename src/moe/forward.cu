@@ -339,6 +339,8 @@ Status MoeLayer::validate(const ForwardArgs& a, const void* workspace, size_t wo
   FP4MOE_RETURN_IF_ERROR(check_ptr("hidden", a.hidden, 16));
   FP4MOE_RETURN_IF_ERROR(check_ptr("out", a.out, 16));
   if (has_logits) {
+    if (a.logits_type != LogitsType::kF32 && a.logits_type != LogitsType::kBF16)
+      return invalid_argument("logits_type = ", int(a.logits_type), " is not a LogitsType (f32 or bf16)");
     FP4MOE_RETURN_IF_ERROR(check_ptr("router_logits", a.router_logits, a.logits_type == LogitsType::kF32 ? 4 : 2));
     if (p.routing.method == RoutingMethod::kDeepSeekV3 && !impl_->weights.routing_bias)
       return invalid_argument("routing method deepseek-v3 needs the layer's routing_bias");

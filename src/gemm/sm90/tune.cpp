@@ -86,6 +86,9 @@ Status TuneTable::load(const std::string& path, const std::string& device_name) 
     std::istringstream entry(line);
     if (!(entry >> h >> i >> e >> k >> bucket >> config))
       return bad("expected '<H> <I> <experts> <top-k> <bucket> <config>'");
+    // (Anything after the config but a comment is a line this version does not understand: refused.)
+    if (std::string extra; entry >> extra && extra[0] != '#')
+      return bad("unexpected '" + extra + "' after the config (expected '<H> <I> <experts> <top-k> <bucket> <config>')");
     if (!config_by_name(config))
       return bad("config '" + config + "' has no compiled kernel (renamed or removed since the table was written?); " +
                  "measure again with fp4moe-bench --tune");
@@ -103,6 +106,7 @@ Status TuneTable::save(const std::string& path) const {
   for (const auto& [k, c] : entries_)
     f << std::get<0>(k) << ' ' << std::get<1>(k) << ' ' << std::get<2>(k) << ' ' << std::get<3>(k) << ' '
       << std::get<4>(k) << ' ' << c << '\n';
+  f.close();  // (the buffered lines reach the file here: a full disk shows now, not never)
   if (!f) return Status(StatusCode::kIoError, detail::concat("tune file '", path, "': write failed"));
   return Status::Ok();
 }
