@@ -599,7 +599,13 @@ static int tool_main(int argc, char** argv) {
       }
     if (split_list(o.configs).empty()) die("--configs is empty");
   }
-  if (o.cpu) return run_cpu(o, p);
+  if (o.cpu) {
+    // (--cpu runs its --nproc ranks as threads of this process: a launcher's ranks would each run a world.)
+    if (LaunchInfo li; launch_info_from_environment(&li).ok() && li.launcher != "none")
+      std::fprintf(stderr, "fp4moe-bench-parallel: note: --cpu runs all %d ranks in this process; the %s launcher's "
+                   "%d processes each run their own\n", o.nproc, li.launcher.c_str(), li.world_size);
+    return run_cpu(o, p);
+  }
   if (info.launcher == "none" && o.nproc > 1) return launch_local(argc, argv, o);
   return run_gpu_rank(o, p, info);
 }
