@@ -1546,6 +1546,22 @@ TEST(MoeGpu, ForwardRejectsBadArgumentsBeforeLaunching) {
   a = good();
   a.router_logits = nullptr;
   expect_error(a, "not neither", ws.size(), ws.get());
+  // Buffers the layer writes must not overlap those it reads (in place is not supported).
+  a = good();
+  a.out = hidden.get();
+  expect_error(a, "overlaps hidden", ws.size(), ws.get());
+  a = good();
+  a.out = hidden.get() + 3 * p.hidden_size;  // the last of the 4 rows
+  expect_error(a, "overlaps hidden", ws.size(), ws.get());
+  a = good();
+  a.out = hidden.get() + 4 * p.hidden_size;  // just past them: fine
+  EXPECT_OK(layer->validate(a, ws.get(), ws.size()));
+  a = good();
+  a.hidden = reinterpret_cast<const uint16_t*>(ws.get() + 1024);
+  expect_error(a, "workspace = ", ws.size(), ws.get());
+  a = good();
+  a.out = reinterpret_cast<uint16_t*>(ws.get() + ws.size() - 256);
+  expect_error(a, "overlaps the workspace", ws.size(), ws.get());
   CUDA_ASSERT(cudaDeviceSynchronize());
 }
 
