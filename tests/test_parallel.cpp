@@ -892,6 +892,34 @@ TEST(ParallelMoe, BadArgumentsAbortThePeers) {
 }
 
 
+// An out buffer that overlaps an input is refused by name on every rank (no in-place forward).
+TEST(ParallelMoe, OutOverlappingAnInputIsRefused) {
+  MoeProblem p = small_problem();
+  p.max_tokens = 4;
+  const HostMoeWeights w = make_random_weights(p, 7);
+  const ParallelConfig c{2, 1, 2};
+  auto world = LocalWorld::create(2, with_timeout(20000));
+  auto st = run_local_ranks(world, [&](int rank, Communicator& comm) -> Status {
+    std::unique_ptr<ExpertBackend> backend;
+    FP4MOE_RETURN_IF_ERROR(make_cpu_reference_backend(p, w, rank_layout(c, rank), {}, &backend));
+    std::unique_ptr<ParallelMoe> layer;
+    FP4MOE_RETURN_IF_ERROR(ParallelMoe::create(p, c, Strategy::kAllGatherReduceScatter, &comm, std::move(backend), {}, &layer));
+    // One allocation: the logits, then the output starting inside them.
+    std::vector<float> buf(size_t(4 * p.num_experts() + 4 * p.hidden_size));
+    std::vector<uint16_t> hidden(size_t(4 * p.hidden_size));
+    ParallelMoe::Args a;
+    a.hidden = hidden.data();
+    a.router_logits = buf.data();
+    a.num_tokens = 3;
+    a.out = buf.data() + 2 * p.num_experts();
+    return layer->forward(a);
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_FALSE(st[r].ok());
+    EXPECT_TRUE(contains(st[r].message(), "overlaps router_logits")) << st[r].message();
+  }
+}
+
 // ---- NVFP4-quantized dispatch (w4a4) ---------------------------------------------------------------
 
 MoeProblem w4a4_problem(const char* preset, int factor) {

@@ -10,6 +10,7 @@
 
 #include "fp4moe/moe_gpu.h"
 #include "reference/sharding.h"
+#include "src/common/buffer_overlap.h"
 #include "src/common/cuda_utils.h"
 #include "src/common/device_code.h"
 #include "src/gemm/simt/grouped_gemm_simt.h"
@@ -351,30 +352,17 @@ Status MoeLayer::validate(const ForwardArgs& a, const void* workspace, size_t wo
   // No buffer the layer writes may overlap one it reads: `out` is written while `hidden` and the routing
   // may still be read (direct GEMM1 reads `hidden` in place), and the workspace is written first.
   {
-    struct Range {
-      const char* name;
-      const void* p;
-      size_t bytes;
-    };
     const size_t rows = size_t(a.num_tokens), H = size_t(p.hidden_size), K = size_t(p.top_k());
-    const Range reads[] = {{"hidden", a.hidden, rows * H * 2},
-                           {"router_logits", a.router_logits,
-                            rows * size_t(p.num_experts()) * (a.logits_type == LogitsType::kF32 ? 4 : 2)},
-                           {"topk_ids", a.topk_ids, rows * K * 4},
-                           {"topk_weights", a.topk_weights, rows * K * 4}};
-    const Range writes[] = {{"out", a.out, rows * H * 2}, {"workspace", workspace, workspace_bytes}};
-    auto overlap = [](const Range& x, const Range& y) {
-      const auto a0 = reinterpret_cast<uintptr_t>(x.p), b0 = reinterpret_cast<uintptr_t>(y.p);
-      return x.p && y.p && a0 < b0 + y.bytes && b0 < a0 + x.bytes;
-    };
-    for (const Range& w : writes)
-      for (const Range& r : reads)
-        if (overlap(w, r))
-          return invalid_argument(w.name, " = ", w.p, " (", w.bytes, " bytes) overlaps ", r.name, " = ", r.p, " (",
-                                  r.bytes, " bytes): the layer writes ", w.name, " while it reads ", r.name,
-                                  "; give separate buffers");
-    if (overlap(writes[0], writes[1]))
-      return invalid_argument("out = ", a.out, " overlaps the workspace = ", workspace, "; give separate buffers");
+    const std::initializer_list<BufferRange> reads = {
+        {"hidden", a.hidden, rows * H * 2},
+        {"router_logits", a.router_logits,
+         rows * size_t(p.num_experts()) * (a.logits_type == LogitsType::kF32 ? 4 : 2)},
+        {"topk_ids", a.topk_ids, rows * K * 4},
+        {"topk_weights", a.topk_weights, rows * K * 4}};
+    const BufferRange out{"out", a.out, rows * H * 2}, ws{"workspace", workspace, workspace_bytes};
+    FP4MOE_RETURN_IF_ERROR(check_disjoint(out, reads));
+    FP4MOE_RETURN_IF_ERROR(check_disjoint(ws, reads));
+    FP4MOE_RETURN_IF_ERROR(check_disjoint(out, {ws}));
   }
   // Where each buffer lives: a pointer the GPU cannot reach would fault a kernel and end the context.
   for (const auto& [name, ptr] : {std::pair<const char*, const void*>{"hidden", a.hidden}, {"out", a.out},
