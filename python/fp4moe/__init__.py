@@ -38,6 +38,7 @@ FP4MOE_NO_TORCH=1 to keep fp4moe from importing torch.
 from __future__ import annotations
 
 import itertools
+import operator
 import weakref
 
 import numpy as np
@@ -118,7 +119,8 @@ def global_scale_from_amax(amax: float, convention: str) -> float:
 def quantize_nvfp4(
     x, global_scale: float, convention: str, *, recipe: str = "kernel", layout: str = "linear", stream=None
 ):
-    """Quantize `x` ([..., cols] float32 or bfloat16, cols a multiple of 16) to NVFP4.
+    """Quantize `x` ([..., cols] float32 or bfloat16, cols a multiple of 16) to NVFP4. (NumPy has no
+    bfloat16 that DLPack carries: an ml_dtypes bfloat16 array is widened to float32 first, exactly.)
 
     global_scale / convention: the tensor's fp32 global scale and which convention it is in
     ('encode' or 'decode', see global_scale_from_amax); there is no default, because the two differ
@@ -146,9 +148,9 @@ def quantize_nvfp4(
         scale_shape = shape[:-1] + (cols // 16,)
     scales = _arrays.empty(x, place, scale_shape, "uint8")
     _ext.quantize_nvfp4(
-        _arrays.export(x),
-        _arrays.export(packed),
-        _arrays.export(scales),
+        _arrays.export(x, "x", bf16=True),
+        _arrays.export(packed, "packed", writable=True),
+        _arrays.export(scales, "scales", writable=True),
         float(global_scale),
         convention,
         recipe,
@@ -169,9 +171,9 @@ def dequantize_nvfp4(packed, scales, global_scale: float, convention: str, *, la
         raise InvalidArgumentError("packed is a 0-d array; expected [rows, cols/2]")
     out = _arrays.empty(packed, place, shape[:-1] + (2 * shape[-1],), "float32")
     _ext.dequantize_nvfp4(
-        _arrays.export(packed),
-        _arrays.export(_arrays.as_bytes(scales, "scales", _E4M3)),
-        _arrays.export(out),
+        _arrays.export(packed, "packed"),
+        _arrays.export(_arrays.as_bytes(scales, "scales", _E4M3), "scales"),
+        _arrays.export(out, "out", writable=True),
         float(global_scale),
         convention,
         layout,
@@ -196,7 +198,10 @@ def quantize_mxfp4(x, *, stream=None):
     packed = _arrays.empty(x, place, shape[:-1] + (cols // 2,), "uint8")
     scales = _arrays.empty(x, place, shape[:-1] + (cols // 32,), "uint8")
     _ext.quantize_mxfp4(
-        _arrays.export(x), _arrays.export(packed), _arrays.export(scales), _arrays.stream_handle(stream, place)
+        _arrays.export(x, "x", bf16=True),
+        _arrays.export(packed, "packed", writable=True),
+        _arrays.export(scales, "scales", writable=True),
+        _arrays.stream_handle(stream, place),
     )
     return packed, scales
 
@@ -209,9 +214,9 @@ def dequantize_mxfp4(packed, scales, *, stream=None):
         raise InvalidArgumentError("packed is a 0-d array; expected [rows, cols/2]")
     out = _arrays.empty(packed, place, shape[:-1] + (2 * shape[-1],), "float32")
     _ext.dequantize_mxfp4(
-        _arrays.export(packed),
-        _arrays.export(_arrays.as_bytes(scales, "scales", _E8M0)),
-        _arrays.export(out),
+        _arrays.export(packed, "packed"),
+        _arrays.export(_arrays.as_bytes(scales, "scales", _E8M0), "scales"),
+        _arrays.export(out, "out", writable=True),
         _arrays.stream_handle(stream, place),
     )
     return out
@@ -224,8 +229,8 @@ def swizzle_scales(linear, *, stream=None):
     shape = _arrays.shape_of(linear, "linear", ndim=2)
     out = _arrays.empty(linear, place, (_round_up(shape[0], 128), _round_up(shape[1], 4)), "uint8")
     _ext.swizzle_scales(
-        _arrays.export(_arrays.as_bytes(linear, "linear", _E4M3)),
-        _arrays.export(out),
+        _arrays.export(_arrays.as_bytes(linear, "linear", _E4M3), "linear"),
+        _arrays.export(out, "out", writable=True),
         _arrays.stream_handle(stream, place),
     )
     return out
@@ -234,14 +239,15 @@ def swizzle_scales(linear, *, stream=None):
 def unswizzle_scales(swizzled, rows: int, num_scale_cols: int, *, stream=None):
     """The inverse of swizzle_scales: [rows, num_scale_cols] linear scales."""
     place = _arrays.place_of(swizzled, "swizzled")
+    rows, num_scale_cols = _index(rows, "rows"), _index(num_scale_cols, "num_scale_cols")
     if rows < 0 or num_scale_cols <= 0:
         raise InvalidArgumentError(
             f"rows = {rows}, num_scale_cols = {num_scale_cols}: need rows >= 0 and num_scale_cols > 0"
         )
     out = _arrays.empty(swizzled, place, (rows, num_scale_cols), "uint8")
     _ext.unswizzle_scales(
-        _arrays.export(_arrays.as_bytes(swizzled, "swizzled", _E4M3)),
-        _arrays.export(out),
+        _arrays.export(_arrays.as_bytes(swizzled, "swizzled", _E4M3), "swizzled"),
+        _arrays.export(out, "out", writable=True),
         _arrays.stream_handle(stream, place),
     )
     return out
@@ -272,7 +278,7 @@ def route(router_logits, config=None, *, correction_bias=None, stream=None, **fi
     shape = _arrays.shape_of(router_logits, "router_logits", ndim=2)
     if config is None:
         fields.setdefault("num_experts", shape[1])
-        config = RoutingConfig(**fields)
+        config = RoutingConfig(**_routing_fields(fields))
     elif fields:
         raise InvalidArgumentError(f"route: give either config or keyword fields, not both (got {sorted(fields)})")
     if isinstance(config, Problem):
@@ -282,13 +288,13 @@ def route(router_logits, config=None, *, correction_bias=None, stream=None, **fi
     config.validate()  # (before the outputs are sized by its top_k)
     ids = _arrays.empty(router_logits, place, (shape[0], config.top_k), "int32")
     weights = _arrays.empty(router_logits, place, (shape[0], config.top_k), "float32")
-    bias = None if correction_bias is None else _arrays.export(correction_bias)
+    bias = None if correction_bias is None else _arrays.export(correction_bias, "correction_bias")
     _ext.route(
         config,
-        _arrays.export(router_logits),
+        _arrays.export(router_logits, "router_logits", bf16=True),
         bias,
-        _arrays.export(ids),
-        _arrays.export(weights),
+        _arrays.export(ids, "topk_ids", writable=True),
+        _arrays.export(weights, "topk_weights", writable=True),
         _arrays.stream_handle(stream, place),
     )
     return ids, weights
@@ -299,7 +305,8 @@ def random_weights(
 ) -> dict:
     """The deterministic random weights of MoE.dummy(problem, seed) as NumPy arrays in the checkpoint
     layout (the keys of MoE's `weights`), sharded like a layer with these parallel options."""
-    return _ext.random_weights(problem, int(seed), ep_rank, ep_size, tp_rank, tp_size)
+    shard = _shard(ep_rank, ep_size, tp_rank, tp_size)
+    return _ext.random_weights(problem, _seed(seed), *shard)
 
 
 # ---- Weights -------------------------------------------------------------------------------------
@@ -337,6 +344,62 @@ def _flag(value, name: str) -> bool:
     return bool(value)
 
 
+def _index(value, name: str) -> int:
+    """An int argument, taken only as an int (operator.index): int(2.9) would be 2."""
+    if isinstance(value, (bool, np.bool_)):
+        raise InvalidArgumentError(f"{name} = {value!r} must be an int")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise InvalidArgumentError(f"{name} = {value!r} must be an int") from None
+
+
+def _seed(value, name: str = "seed") -> int:
+    """A random-weights seed: an int in [0, 2**64) (the C++ uint64_t)."""
+    seed = _index(value, name)
+    if not 0 <= seed < 2**64:
+        raise InvalidArgumentError(f"{name} = {seed} must be in [0, 2**64)")
+    return seed
+
+
+def _shard(ep_rank, ep_size, tp_rank, tp_size) -> tuple:
+    """The (ep_rank, ep_size, tp_rank, tp_size) arguments as ints (their ranges are the C++ checks')."""
+    names = ("ep_rank", "ep_size", "tp_rank", "tp_size")
+    return tuple(_index(v, n) for v, n in zip((ep_rank, ep_size, tp_rank, tp_size), names))
+
+
+_ROUTING_FIELDS = (
+    "method",
+    "num_experts",
+    "top_k",
+    "renormalize",
+    "num_groups",
+    "topk_groups",
+    "routed_scaling_factor",
+)
+
+
+def _routing_fields(fields: dict) -> dict:
+    """route()'s keyword fields, checked by name and type before RoutingConfig(**fields)."""
+    out = {}
+    for key, value in fields.items():
+        if key not in _ROUTING_FIELDS:
+            raise InvalidArgumentError(f"route: '{key}' is not a routing field; fields: {', '.join(_ROUTING_FIELDS)}")
+        if key == "method":
+            if not isinstance(value, str):
+                raise InvalidArgumentError(f"method = {value!r} must be a str")
+        elif key == "renormalize":
+            value = _flag(value, key)
+        elif key == "routed_scaling_factor":
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+                raise InvalidArgumentError(f"routed_scaling_factor = {value!r} must be a float")
+            value = float(value)
+        else:
+            value = _index(value, key)
+        out[key] = value
+    return out
+
+
 _E4M3, _E8M0 = ("float8_e4m3fn",), ("float8_e8m0fnu",)
 
 
@@ -367,15 +430,19 @@ def _canonical_weights(weights, weight_format: str) -> dict:
         if name in out:
             raise InvalidArgumentError(f"weights['{key}'] and weights['{source[name]}'] both give {name}")
         out[name], source[name] = value, key
-    return {name: _arrays.export(v) for name, v in out.items()}
+    return {name: _arrays.export(v, f"weights['{source[name]}']") for name, v in out.items()}
 
 
 def _is_other_float(x) -> bool:
-    """A floating array that is not float32 (bf16 biases, float64 scales): converted once to float32."""
+    """A floating array that is not float32 (bf16 biases, float64 scales, NumPy bfloat16 of ml_dtypes):
+    converted once to float32."""
     if _arrays.is_torch_tensor(x):
         return x.dtype.is_floating_point and x.dtype != _arrays.torch.float32
     dtype = getattr(x, "dtype", None)
-    return isinstance(dtype, np.dtype) and dtype.kind == "f" and dtype != np.float32
+    if not isinstance(dtype, np.dtype) or dtype == np.float32:
+        return False
+    # ml_dtypes' floats (bfloat16, float8_*, ...) are NumPy extension types, of kind 'V'.
+    return dtype.kind == "f" or (dtype.kind == "V" and "float" in dtype.name)
 
 
 def _parse_device(device) -> tuple[str, int]:
@@ -468,7 +535,7 @@ class MoE:
                 kind, index = ("cuda", place.index) if place.cuda else ("cpu", 0)
             else:
                 kind, index = _parse_device(device)
-            shard = (ep_rank, ep_size, tp_rank, tp_size)
+            shard = _shard(ep_rank, ep_size, tp_rank, tp_size)
             _layer = _ext.Layer.from_weights(
                 problem,
                 canonical,
@@ -478,7 +545,7 @@ class MoE:
                 path,
                 str(tune_file or ""),
                 _flag(split_k, "split_k"),
-                int(max_sms),
+                _index(max_sms, "max_sms"),
             )
         self._layer = _layer
         self._problem = _layer.problem
@@ -507,9 +574,17 @@ class MoE:
         if not isinstance(problem, Problem):
             raise InvalidArgumentError(f"problem is a {type(problem).__name__}; expected fp4moe.Problem")
         kind, index = _parse_device(device)
-        shard = (ep_rank, ep_size, tp_rank, tp_size)
+        shard = _shard(ep_rank, ep_size, tp_rank, tp_size)
         layer = _ext.Layer.dummy(
-            problem, int(seed), kind, index, *shard, path, str(tune_file or ""), _flag(split_k, "split_k"), int(max_sms)
+            problem,
+            _seed(seed),
+            kind,
+            index,
+            *shard,
+            path,
+            str(tune_file or ""),
+            _flag(split_k, "split_k"),
+            _index(max_sms, "max_sms"),
         )
         return cls(problem, None, _layer=layer)
 
@@ -531,15 +606,15 @@ class MoE:
         tp_rank: int = 0,
         tp_size: int = 1,
     ) -> "MoE":
-        """The routed experts of transformer layer `layer` of a quantized checkpoint directory (a path
-        or an fp4moe.Checkpoint): ModelOpt or compressed-tensors NVFP4, gpt-oss MXFP4; DeepSeek-V3,
-        Qwen3-MoE, Mixtral, Llama-4, gpt-oss (include/fp4moe/checkpoint.h). Only this rank's experts
-        and TP slice are read. The problem comes from the checkpoint's config with `mode` and
-        `max_tokens` set; w4a4 needs the checkpoint's input scales."""
+        """The routed experts of transformer layer `layer` of a quantized checkpoint directory (a path,
+        str or os.PathLike, or an fp4moe.Checkpoint): ModelOpt or compressed-tensors NVFP4, gpt-oss
+        MXFP4; DeepSeek-V3, Qwen3-MoE, Mixtral, Llama-4, gpt-oss (include/fp4moe/checkpoint.h). Only
+        this rank's experts and TP slice are read. The problem comes from the checkpoint's config with
+        `mode` and `max_tokens` set; w4a4 needs the checkpoint's input scales."""
         if not isinstance(checkpoint, Checkpoint):
-            checkpoint = Checkpoint(str(checkpoint))
-        problem = checkpoint.problem.replace(mode=mode, max_tokens=int(max_tokens))
-        weights, _ = checkpoint.load_layer(int(layer), ep_rank, ep_size, tp_rank, tp_size)
+            checkpoint = Checkpoint(checkpoint)  # a str or os.PathLike
+        problem = checkpoint.problem.replace(mode=mode, max_tokens=_index(max_tokens, "max_tokens"))
+        weights, _ = checkpoint.load_layer(_index(layer, "layer"), *_shard(ep_rank, ep_size, tp_rank, tp_size))
         return cls(
             problem,
             weights,
@@ -588,7 +663,7 @@ class MoE:
     def kernel_info(self, num_tokens: int) -> dict:
         """Which kernels forward() runs for `num_tokens` tokens: {'path', 'gemm1', 'gemm2', 'regime'}
         ('reference' on the CPU)."""
-        return self._layer.kernel_info(int(num_tokens))
+        return self._layer.kernel_info(_index(num_tokens, "num_tokens"))
 
     def check_device_errors(self, stream=None) -> None:
         """Raises if the last forward saw precomputed expert ids outside [0, E) (their slots were
@@ -606,9 +681,11 @@ class MoE:
 
         GPU: bfloat16 in and out, asynchronous on `stream` (default: torch's current stream, else
         the legacy default stream), no host synchronization; capturable in a CUDA graph.
-        CPU: float32 or bfloat16 in (rounded to bf16, the layer's input type), float32 out (the
-        reference's sum before any output rounding).
-        `out` (optional): the output array to write.
+        CPU: float32 or bfloat16 in (rounded to bf16, the layer's input type; a NumPy bfloat16 array
+        of ml_dtypes is widened to float32 first, exactly), float32 out (the reference's sum before
+        any output rounding).
+        T <= problem.max_tokens on both devices (InvalidArgumentError otherwise).
+        `out` (optional): the output array to write (writable, not read-only).
 
         PyTorch tensors without out/stream go through torch.ops.fp4moe.moe_forward.
         """

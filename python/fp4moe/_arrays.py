@@ -85,10 +85,36 @@ def shape_of(x, name: str, ndim: int | None = None) -> tuple:
     return shape
 
 
-def export(x):
-    """The object handed to the extension: a DLPack capsule for torch tensors, else `x` itself."""
+def export(x, name: str, *, writable: bool = False, bf16: bool = False):
+    """The object handed to the extension: a DLPack capsule for torch tensors, else `x` itself.
+
+    First the checks the extension cannot name the argument in (nanobind would raise a bare
+    TypeError): not an array; a NumPy array that neither DLPack nor the buffer protocol can carry
+    (a non-native byte order; a dtype such as ml_dtypes' bfloat16 or float8, kind 'V'); a read-only
+    array where the call writes (`writable`). `bf16`: the argument takes bfloat16 and float32
+    alike, so a NumPy bfloat16 array (ml_dtypes) is widened to float32, exactly, in a host copy.
+    """
     if is_torch_tensor(x):
         return x.detach().__dlpack__(stream=-1)
+    if not isinstance(x, np.ndarray):
+        place_of(x, name)  # refuses non-arrays by name
+        return x
+    dtype = x.dtype
+    if bf16 and dtype.kind == "V" and dtype.name == "bfloat16":
+        return x.astype(np.float32)
+    if not dtype.isnative:
+        order = "big-endian" if dtype.byteorder == ">" else "little-endian"
+        raise _ext.InvalidArgumentError(
+            f"{name} is {order} {dtype.name} ('{dtype.str}'), not in this machine's byte order: "
+            f"pass {name}.astype('{dtype.newbyteorder('=').str}')"
+        )
+    if dtype.kind not in "biufc":
+        raise _ext.InvalidArgumentError(
+            f"{name} has dtype {dtype.name} ({dtype.type.__module__}), which NumPy cannot pass through DLPack; "
+            f"pass {name} in a dtype it takes"
+        )
+    if writable and not x.flags.writeable:
+        raise _ext.InvalidArgumentError(f"{name} is read-only, and the call writes it: pass a writable array")
     return x
 
 
@@ -111,11 +137,11 @@ def check_forward_arrays(hidden_states, router_logits, topk_ids, topk_weights, o
 def export_forward_arrays(hidden_states, router_logits, topk_ids, topk_weights, out):
     """export() of a forward's arrays, None staying None."""
     return (
-        export(hidden_states),
-        None if router_logits is None else export(router_logits),
-        None if topk_ids is None else export(topk_ids),
-        None if topk_weights is None else export(topk_weights),
-        export(out),
+        export(hidden_states, "hidden_states", bf16=True),
+        None if router_logits is None else export(router_logits, "router_logits", bf16=True),
+        None if topk_ids is None else export(topk_ids, "topk_ids"),
+        None if topk_weights is None else export(topk_weights, "topk_weights"),
+        export(out, "out", writable=True),
     )
 
 

@@ -35,7 +35,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _arrays, _ext
+# (_flag, _index, _seed: defined in fp4moe/__init__.py before it imports this module)
+from . import _arrays, _ext, _flag, _index, _seed
 from ._ext import InvalidArgumentError, ParallelConfig, Problem
 
 __all__ = [
@@ -62,12 +63,12 @@ def _config(config) -> ParallelConfig:
     if isinstance(config, ParallelConfig):
         return config
     if isinstance(config, (tuple, list)) and len(config) == 3:
-        return ParallelConfig(*(int(v) for v in config))
+        return ParallelConfig(*(_index(v, k) for k, v in zip(("dp", "tp", "ep"), config)))
     if hasattr(config, "items"):
         unknown = sorted(set(config) - {"dp", "tp", "ep"})
         if unknown:
             raise InvalidArgumentError(f"config has unknown keys {unknown}; expected dp, tp, ep")
-        return ParallelConfig(**{k: int(v) for k, v in config.items()})
+        return ParallelConfig(**{k: _index(v, k) for k, v in config.items()})
     raise InvalidArgumentError(
         f"config is a {type(config).__name__}; expected fp4moe.ParallelConfig, a (dp, tp, ep) tuple or a dict"
     )
@@ -98,7 +99,7 @@ def _strategy(config: ParallelConfig, strategy) -> str:
 def valid_parallel_configs(problem: Problem, world_size: int) -> list:
     """Every ParallelConfig for `world_size` ranks that the C++ validate() accepts for `problem`,
     ordered by (dp, ep)."""
-    return _ext.valid_parallel_configs(_problem(problem), int(world_size))
+    return _ext.valid_parallel_configs(_problem(problem), _index(world_size, "world_size"))
 
 
 def applicable_strategies(config) -> list:
@@ -109,7 +110,7 @@ def applicable_strategies(config) -> list:
 def rank_layout(config, rank: int) -> dict:
     """Where world rank `rank` sits: {'rank', 'dp_rank', 'tp_rank', 'moe_ep_rank', 'moe_ep_size',
     'moe_tp_rank', 'moe_tp_size'} (the expert shard and the intermediate-dimension shard it holds)."""
-    return _ext.rank_layout(_config(config), int(rank))
+    return _ext.rank_layout(_config(config), _index(rank, "rank"))
 
 
 def launch_info(env=None) -> dict:
@@ -125,14 +126,14 @@ def launch_info(env=None) -> dict:
     return _ext.launch_info(env)
 
 
-def _as_list(name: str, value) -> list:
+def _as_list(name: str, value, bf16: bool = False) -> list:
     if value is None:
         return None
     if not isinstance(value, (list, tuple)):
         raise InvalidArgumentError(
             f"{name} is a {type(value).__name__}; expected a list with one array per rank (or per DP group)"
         )
-    return [_arrays.export(v) for v in value]
+    return [_arrays.export(v, f"{name}[{i}]", bf16=bf16) for i, v in enumerate(value)]
 
 
 def _quantized_dispatch(value) -> str:
@@ -198,8 +199,8 @@ def run_local(
         raise InvalidArgumentError(
             f"weights is a {type(weights).__name__}; expected an int seed or a dict of arrays (all experts)"
         )
-    hidden = _as_list("hidden_states", hidden_states)
-    logits = _as_list("router_logits", router_logits)
+    hidden = _as_list("hidden_states", hidden_states, bf16=True)
+    logits = _as_list("router_logits", router_logits, bf16=True)
     ids = _as_list("topk_ids", topk_ids)
     tw = _as_list("topk_weights", topk_weights)
     config.validate(problem)  # before anything is sized from it: the C++ message names the bad value
@@ -212,7 +213,7 @@ def run_local(
             rows = int(shape[0]) if shape is not None and len(shape) >= 1 else 0
             out.append(np.empty((rows, problem.hidden_size), dtype=np.float32))
     if isinstance(weights, (int, np.integer)):
-        seed, canonical = int(weights), None
+        seed, canonical = _seed(weights, "weights (a seed)"), None
     else:
         from . import _canonical_weights
 
@@ -229,7 +230,7 @@ def run_local(
         tw,
         out,
         float(timeout),
-        int(threads_per_rank),
+        _index(threads_per_rank, "threads_per_rank"),
         None if padded_tokens is None else _padded(padded_tokens),
         quantized_dispatch,
     )
@@ -295,9 +296,9 @@ class ParallelMoE:
             config,
             strategy,
             canonical,
-            int(seed),
+            _seed(seed),
             float(timeout),
-            bool(check_token_counts),
+            _flag(check_token_counts, "check_token_counts"),
             quantized_dispatch,
         )
         self._problem = self._layer.problem

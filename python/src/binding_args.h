@@ -215,6 +215,35 @@ Place check_array(const char* name, const A& a, std::initializer_list<dl::dtype>
   return place;
 }
 
+// The error for an object nanobind did not import as an array. The Python layer checks every array
+// first and says why (fp4moe/_arrays.py, export); this covers what reaches the extension anyway.
+[[noreturn]] inline void fail_not_array(const std::string& label, nb::handle obj) {
+  const std::string type = nb::type_name(obj.type()).c_str();
+  if (nb::hasattr(obj, "__dlpack__") || nb::hasattr(obj, "__array_interface__")) {
+    std::string dtype;
+    if (nb::hasattr(obj, "dtype")) {
+      const nb::object d = obj.attr("dtype");
+      dtype = std::string(" of dtype ") + nb::str(nb::handle(d.ptr())).c_str();  // (str(handle): PyObject_Str)
+    }
+    fail_invalid(label, " is a ", type, dtype,
+                 " that neither DLPack nor the buffer protocol can import: a dtype they cannot carry (such as "
+                 "NumPy bfloat16 or float8 of ml_dtypes), a non-native byte order, or read-only where it is written");
+  }
+  fail_invalid(label, " is a ", type, ", not an array (NumPy, or any DLPack tensor)");
+}
+
+// A file system path argument: a str or an os.PathLike (pathlib.Path), as os.fspath takes them.
+inline std::string fs_path(const char* name, nb::handle value) {
+  PyObject* p = PyOS_FSPath(value.ptr());
+  if (!p) {
+    PyErr_Clear();
+    fail_invalid(name, " is a ", nb::type_name(value.type()).c_str(), "; expected a path (a str or os.PathLike)");
+  }
+  const nb::object path = nb::steal(p);
+  if (PyBytes_Check(p)) return std::string(PyBytes_AS_STRING(p), size_t(PyBytes_GET_SIZE(p)));
+  return nb::cast<std::string>(path);
+}
+
 inline void check_same_place(const char* name, const Place& got, const char* ref_name, const Place& want) {
   if (!(got == want))
     fail_invalid(name, " is on ", got.str(), " but ", ref_name, " is on ", want.str(),

@@ -421,8 +421,7 @@ WeightArrays read_weights(const MoeProblem& p, const ShardDims& sd, nb::dict wei
     try {
       a = nb::cast<InArray>(weights[s.name]);
     } catch (const nb::cast_error&) {
-      fail_invalid(label, " is a ", nb::type_name(weights[s.name].type()).c_str(),
-                   ", not an array (NumPy, or any DLPack tensor)");
+      fail_not_array(label, weights[s.name]);
     }
     const Place place = s.kind == Kind::kCodes    ? check_array(label.c_str(), a, {kU8}, s.dims)
                         : s.kind == Kind::kScales ? check_array(label.c_str(), a, {kU8, scale_type}, s.dims)
@@ -592,6 +591,11 @@ class Layer {
     const dl::dtype act = place_.cuda ? kBF16 : kF32;
     if (place_.cuda) check_array("hidden_states", hidden, {kBF16}, {{"num_tokens", T}, {"hidden_size", H}});
     else check_array("hidden_states", hidden, {kF32, kBF16}, {{"num_tokens", T}, {"hidden_size", H}});
+    // The GPU layer's own check (MoeLayer::validate), on both devices: the CPU reference needs no
+    // workspace, but a layer sized for max_tokens takes at most that many tokens wherever it runs.
+    if (T > p.max_tokens)
+      fail_invalid("hidden_states: num_tokens = ", T, " must be in [0, max_tokens = ", p.max_tokens,
+                   "] (the problem.max_tokens the layer was created with)");
     check_same_place("out", check_array("out", out, {act}, {{"num_tokens", T}, {"hidden_size", H}}), "hidden_states",
                      ph);
     if (logits && (topk_ids || topk_weights))
@@ -1145,8 +1149,7 @@ A list_item(const char* name, size_t i, nb::handle item) {
   try {
     return nb::cast<A>(item);
   } catch (const nb::cast_error&) {
-    fail_invalid(name, "[", i, "] is a ", nb::type_name(item.type()).c_str(),
-                 ", not an array (NumPy, or any DLPack tensor)");
+    fail_not_array(detail::concat(name, "[", i, "]"), item);
   }
 }
 
@@ -1273,6 +1276,12 @@ void parallel_run_local(const MoeProblem& problem, const ParallelConfig& config,
     host_only(on, check_array(on.c_str(), o, {kF32}, {{"num_tokens", in.num_tokens}, {"hidden_size", H}}));
     out_ptrs[r] = static_cast<float*>(o.data());
   }
+  // padded_tokens against the caller's max_tokens, before the shrink below would put the largest input's
+  // count in the ranks' message (alltoall: the ranks' own check says it has no graph mode).
+  if (padded_tokens && strategy != Strategy::kAllToAll &&
+      (*padded_tokens < most_tokens || *padded_tokens > problem.max_tokens))
+    fail_invalid("padded_tokens = ", *padded_tokens, " must be in [num_tokens = ", most_tokens,
+                 " (the largest input), max_tokens = ", problem.max_tokens, "]");
   // Buffers sized for the largest input rather than problem.max_tokens (8192 by default), unless an input
   // exceeds it: then the layer's own check reports it.
   MoeProblem p = problem;
@@ -1282,6 +1291,9 @@ void parallel_run_local(const MoeProblem& problem, const ParallelConfig& config,
   HostMoeWeights full;
   if (weights) {
     const WeightArrays arrays = read_full_weights(problem, *weights);
+    // The global scales by value, as MoE(device='cpu') checks them (0 would zero an expert, NaN, inf
+    // or < 0 poison it).
+    check(validate_global_scales(problem, arrays.view, E));
     full = copy_weights(problem, ShardDims{E, problem.intermediate_size}, arrays.view);
   }
   std::vector<Status> statuses;
@@ -1697,8 +1709,13 @@ NB_MODULE(_ext, m) {
            })
       .def("__getitem__", [](const MoeProblem& p, const std::string& key) { return find_field(key).get(p); })
       .def("__setitem__", [](MoeProblem& p, const std::string& key, nb::handle v) { find_field(key).set(p, v); })
-      .def("__eq__", [](const MoeProblem& a, const MoeProblem& b) { return problem_dict(a).equal(problem_dict(b)); })
+      // Another type compares unequal (NotImplemented, not a TypeError). Problems are mutable and
+      // compare by value: unhashable, as Python's mutable values are (__hash__ = None below).
+      .def(
+          "__eq__", [](const MoeProblem& a, const MoeProblem& b) { return problem_dict(a).equal(problem_dict(b)); },
+          nb::is_operator())
       .def("__repr__", &problem_repr);
+  problem.attr("__hash__") = nb::none();
   for (const Field& f : problem_fields()) {
     const Field* fp = &f;
     problem.def_prop_rw(
@@ -1738,7 +1755,10 @@ NB_MODULE(_ext, m) {
 
   // ---- Checkpoints ----
   nb::class_<CheckpointHandle>(m, "Checkpoint")
-      .def(nb::init<const std::string&>(), "directory"_a)
+      .def(
+          "__init__",
+          [](CheckpointHandle* c, nb::handle directory) { new (c) CheckpointHandle(fs_path("directory", directory)); },
+          "directory"_a)
       .def_prop_ro("info", &CheckpointHandle::info)
       .def_prop_ro("problem", &CheckpointHandle::problem)
       .def_prop_ro("warnings", &CheckpointHandle::warnings)
@@ -1747,7 +1767,8 @@ NB_MODULE(_ext, m) {
 
   // ---- Parallel ----
   m.attr("has_nccl") = bool(FP4MOE_PY_HAS_NCCL);
-  nb::class_<ParallelConfig>(m, "ParallelConfig")
+  auto parallel_config = nb::class_<ParallelConfig>(m, "ParallelConfig");
+  parallel_config
       .def(
           "__init__",
           [](ParallelConfig* c, int dp, int tp, int ep) { new (c) ParallelConfig{dp, tp, ep}; }, "dp"_a = 1,
@@ -1777,10 +1798,13 @@ NB_MODULE(_ext, m) {
              if (k == "ep") return c.ep;
              throw nb::key_error(detail::concat("ParallelConfig has no field '", k, "'; fields: dp, tp, ep").c_str());
            })
-      .def("__eq__", [](const ParallelConfig& a, const ParallelConfig& b) {
-        return a.dp == b.dp && a.tp == b.tp && a.ep == b.ep;
-      })
+      // As Problem: NotImplemented for another type; mutable (dp, tp, ep are writable), so unhashable.
+      .def(
+          "__eq__",
+          [](const ParallelConfig& a, const ParallelConfig& b) { return a.dp == b.dp && a.tp == b.tp && a.ep == b.ep; },
+          nb::is_operator())
       .def("__repr__", &parallel_config_repr);
+  parallel_config.attr("__hash__") = nb::none();
   m.def("strategy_names", [] {
     std::vector<std::string> out;
     for (Strategy s : {Strategy::kNone, Strategy::kTpAllReduce, Strategy::kAllGatherReduceScatter, Strategy::kAllToAll})

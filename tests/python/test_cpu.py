@@ -679,6 +679,133 @@ def test_forward_errors():
             call()
 
 
+def swapped(a):
+    """`a` in the other byte order (big-endian here): the same values, an array DLPack cannot carry."""
+    return a.astype(a.dtype.newbyteorder("S"))
+
+
+def test_arrays_nanobind_cannot_import_raise_invalid_argument_naming_them():
+    # Each of these reached nanobind, which raised a bare TypeError ("incompatible function
+    # arguments") that named neither the argument nor the reason.
+    p = small_problem()
+    moe = fp4moe.MoE.dummy(p, 3, device="cpu")
+    x, logits = gaussian((5, 128), seed=41), gaussian((5, 4), seed=42, scale=2.0)
+    ids, w = fp4moe.route(logits, p)
+    gs = fp4moe.global_scale_from_amax(np.abs(x).max(), "encode")
+    packed, scales = fp4moe.quantize_nvfp4(x, gs, "encode")
+    mx_packed, mx_scales = fp4moe.quantize_mxfp4(x)
+    read_only = np.zeros((5, 128), np.float32)
+    read_only.setflags(write=False)
+    order = r"is (big|little)-endian"
+    L8 = gaussian((5, 8), seed=43)
+    ds = {"method": "deepseek_v3", "top_k": 2, "num_groups": 4, "topk_groups": 2}
+    cases = [
+        (lambda: moe(x, logits, out=read_only), "out is read-only, and the call writes it"),
+        (lambda: moe(swapped(x), logits), rf"hidden_states {order} float32 .*astype\('<f4'\)"),
+        (lambda: moe(x, swapped(logits)), f"router_logits {order} float32"),
+        (lambda: moe(x, topk_ids=swapped(ids), topk_weights=w), f"topk_ids {order} int32"),
+        (lambda: moe(x, topk_ids=ids, topk_weights=swapped(w)), f"topk_weights {order} float32"),
+        (lambda: fp4moe.quantize_nvfp4(swapped(x), gs, "encode"), f"x {order} float32"),
+        (lambda: fp4moe.quantize_mxfp4(swapped(x)), f"x {order} float32"),
+        (lambda: fp4moe.route(swapped(logits), p), f"router_logits {order} float32"),
+        (lambda: fp4moe.route(L8, correction_bias=[0.0] * 8, **ds), "correction_bias is a builtins.list, not an array"),
+        (lambda: fp4moe.route(L8, correction_bias=swapped(np.zeros(8, np.float32)), **ds), f"correction_bias {order}"),
+        (lambda: fp4moe.dequantize_nvfp4(packed, scales.tolist(), gs, "encode"), "scales is a builtins.list, not an"),
+        (lambda: fp4moe.dequantize_mxfp4(mx_packed, mx_scales.tolist()), "scales is a builtins.list, not an array"),
+        (lambda: fp4moe.dequantize_nvfp4(packed.tolist(), scales, gs, "encode"), "packed is a builtins.list"),
+        (lambda: fp4moe.MoE.dummy(p, -1, device="cpu"), r"seed = -1 must be in \[0, 2\*\*64\)"),
+        (lambda: fp4moe.MoE.dummy(p, 2**64, device="cpu"), r"seed = 18446744073709551616 must be in \[0, 2\*\*64\)"),
+        (lambda: fp4moe.MoE.dummy(p, 1.5, device="cpu"), "seed = 1.5 must be an int"),
+        (lambda: fp4moe.random_weights(p, -3), r"seed = -3 must be in \[0, 2\*\*64\)"),
+        (lambda: fp4moe.random_weights(p, 0, ep_size=2.0), "ep_size = 2.0 must be an int"),
+        (lambda: fp4moe.route(L8, method="softmax_topk", topk=2), "route: 'topk' is not a routing field; fields: method"),
+        (lambda: fp4moe.route(L8, method="softmax_topk", top_k=2.0), "top_k = 2.0 must be an int"),
+        (lambda: fp4moe.route(L8, top_k=2, renormalize="yes"), "renormalize = 'yes' must be a bool"),
+        (lambda: fp4moe.route(L8, top_k=2, routed_scaling_factor="2"), "routed_scaling_factor = '2' must be a float"),
+        (lambda: fp4moe.route(L8, method=3, top_k=2), "method = 3 must be a str"),
+        (lambda: fp4moe.unswizzle_scales(fp4moe.swizzle_scales(scales), 5.7, 8), "rows = 5.7 must be an int"),
+        (lambda: fp4moe.unswizzle_scales(fp4moe.swizzle_scales(scales), 5, "8"), "num_scale_cols = '8' must be an int"),
+        (lambda: moe.kernel_info(2.5), "num_tokens = 2.5 must be an int"),
+    ]
+    for call, message in cases:
+        with pytest.raises(fp4moe.InvalidArgumentError, match=message):
+            call()
+    # The remedies the messages give work, with the same results as the native arrays.
+    np.testing.assert_array_equal(moe(swapped(x).astype("<f4"), logits), moe(x, logits))
+    np.testing.assert_array_equal(fp4moe.route(L8, method="softmax_topk", top_k=2, renormalize=True)[0],
+                                  fp4moe.route(L8, fp4moe.RoutingConfig(num_experts=8, top_k=2, renormalize=True))[0])
+    np.testing.assert_array_equal(fp4moe.unswizzle_scales(fp4moe.swizzle_scales(scales), np.int64(5), 8), scales)
+
+
+def test_extension_says_why_an_array_cannot_be_imported():
+    # Past the Python layer's checks (a direct call of the extension), the C++ fallback said "is a
+    # ndarray, not an array"; it names the dtype and the possible reasons instead.
+    p = small_problem()
+    w = fp4moe.random_weights(p, 44)
+    bad = dict(w, w13_scale_2=swapped(w["w13_scale_2"]))
+    with pytest.raises(
+        fp4moe.InvalidArgumentError,
+        match=r"weights\['w13_scale_2'\] is a ndarray of dtype >f4 that neither DLPack nor the buffer protocol can",
+    ):
+        fp4moe._ext.Layer.from_weights(p, bad, "cpu", 0, 0, 1, 0, 1, "auto", "", False, 0)
+    # Through fp4moe.MoE the float global scale is converted to float32 first, like any float type.
+    x, logits = gaussian((2, 128), seed=45), gaussian((2, 4), seed=46)
+    np.testing.assert_array_equal(fp4moe.MoE(p, bad)(x, logits), fp4moe.MoE(p, w)(x, logits))
+
+
+def test_cpu_moe_refuses_more_tokens_than_max_tokens():
+    # As the GPU layer (MoeLayer::validate) does: the CPU reference used to run any token count.
+    p = small_problem()  # max_tokens 16
+    moe = fp4moe.MoE.dummy(p, 8, device="cpu")
+    x, logits = inputs(p, p.max_tokens + 3, seed=51)
+    message = rf"hidden_states: num_tokens = {p.max_tokens + 3} must be in \[0, max_tokens = {p.max_tokens}\]"
+    with pytest.raises(fp4moe.InvalidArgumentError, match=message):
+        moe(x, logits)
+    ids, w = fp4moe.route(logits, p)
+    with pytest.raises(fp4moe.InvalidArgumentError, match=message):
+        moe(x, topk_ids=ids, topk_weights=w)
+    # max_tokens itself is fine, and a layer made for more tokens takes them (rows are independent).
+    head = moe(x[: p.max_tokens], logits[: p.max_tokens])
+    everything = fp4moe.MoE.dummy(p.replace(max_tokens=p.max_tokens + 3), 8, device="cpu")(x, logits)
+    assert np.linalg.norm(head) > 0
+    np.testing.assert_array_equal(everything[: p.max_tokens], head)
+
+
+def test_numpy_bfloat16_arrays_are_taken_as_their_float32_values():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    bf16 = ml_dtypes.bfloat16
+    p = scaled_problem("qwen3-30b-a3b", 8)
+    moe = fp4moe.MoE.dummy(p, 12, device="cpu")
+    x, logits = inputs(p, 6, seed=61)
+    xb, lb = x.astype(bf16), logits.astype(bf16)
+    x32, l32 = xb.astype(np.float32), lb.astype(np.float32)  # the same values
+    want = moe(x32, l32)
+    assert np.linalg.norm(want) > 0
+    np.testing.assert_array_equal(moe(xb, lb), want)
+    np.testing.assert_array_equal(moe(xb, l32), want)
+    ids, w = fp4moe.route(lb, p)
+    want_ids, want_w = fp4moe.route(l32, p)
+    np.testing.assert_array_equal(ids, want_ids)
+    np.testing.assert_array_equal(w, want_w)
+    gs = fp4moe.global_scale_from_amax(np.abs(x32).max(), "encode")
+    for got, expected in zip(fp4moe.quantize_nvfp4(xb, gs, "encode"), fp4moe.quantize_nvfp4(x32, gs, "encode")):
+        np.testing.assert_array_equal(got, expected)
+    for got, expected in zip(fp4moe.quantize_mxfp4(xb), fp4moe.quantize_mxfp4(x32)):
+        np.testing.assert_array_equal(got, expected)
+    # bf16 global scales in the weights are converted to float32 like float64 ones.
+    weights = fp4moe.random_weights(p, 12)
+    s2 = weights["w2_scale_2"].astype(bf16)
+    np.testing.assert_array_equal(
+        fp4moe.MoE(p, dict(weights, w2_scale_2=s2))(x, logits),
+        fp4moe.MoE(p, dict(weights, w2_scale_2=s2.astype(np.float32)))(x, logits),
+    )
+    # Where bfloat16 is not a dtype the argument takes, the array is refused, naming it and why.
+    with pytest.raises(fp4moe.InvalidArgumentError, match=r"topk_weights has dtype bfloat16 \(ml_dtypes\)"):
+        moe(x, topk_ids=ids, topk_weights=w.astype(bf16))
+    with pytest.raises(fp4moe.InvalidArgumentError, match=r"out has dtype bfloat16 \(ml_dtypes\), which NumPy"):
+        moe(x, logits, out=np.zeros((6, p.hidden_size), bf16))
+
+
 # ---- Checkpoints ---------------------------------------------------------------------------------
 
 
@@ -737,3 +864,21 @@ def test_checkpoint_errors(tmp_path):
         fp4moe.MoE.from_checkpoint(str(tmp_path), 0, device="cpu", mode="w4a4")
     with pytest.raises(fp4moe.InvalidArgumentError, match="layer = 5 is not a MoE layer"):
         fp4moe.Checkpoint(str(tmp_path)).load_layer(5)
+
+
+def test_checkpoint_paths_may_be_path_like(tmp_path):
+    with pytest.raises(fp4moe.IoError, match="no config.json"):
+        fp4moe.Checkpoint(tmp_path)  # a pathlib.Path
+    with pytest.raises(fp4moe.InvalidArgumentError, match="directory is a int; expected a path"):
+        fp4moe.Checkpoint(5)
+    p = checkpoint_problem()
+    weights = fp4moe.random_weights(p, 71)
+    ref.write_qwen3_checkpoint(str(tmp_path), p, [weights])
+    ckpt = fp4moe.Checkpoint(tmp_path)
+    assert ckpt.info["moe_layers"] == [0]
+    loaded, _ = ckpt.load_layer(0)
+    np.testing.assert_array_equal(loaded["w13"], weights["w13"])
+    x, logits = inputs(p, 3, seed=72)
+    want = fp4moe.MoE(p, weights)(x, logits)
+    assert np.linalg.norm(want) > 0
+    np.testing.assert_array_equal(fp4moe.MoE.from_checkpoint(tmp_path, 0, device="cpu")(x, logits), want)

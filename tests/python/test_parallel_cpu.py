@@ -518,7 +518,7 @@ def test_run_local_argument_errors():
         rl(p, cfg, hidden_states=xs, router_logits=ls[:1])
     with pytest.raises(fp4moe.InvalidArgumentError, match="expected a list"):
         rl(p, cfg, hidden_states=xs[0], router_logits=ls)
-    with pytest.raises(fp4moe.InvalidArgumentError, match=r"hidden_states\[1\] is a str"):
+    with pytest.raises(fp4moe.InvalidArgumentError, match=r"hidden_states\[1\] is a builtins.str, not an array"):
         rl(p, cfg, hidden_states=[xs[0], "x"], router_logits=ls)
     with pytest.raises(fp4moe.InvalidArgumentError, match=r"router_logits\[1\] has shape \[2, 7\]"):
         rl(p, cfg, hidden_states=xs, router_logits=[ls[0], ls[1][:, :7].copy()])
@@ -544,6 +544,116 @@ def test_run_local_argument_errors():
     shard = fp4moe.random_weights(p, SEED, ep_rank=0, ep_size=2)
     with pytest.raises(fp4moe.InvalidArgumentError, match=r"weights\['w13'\] has shape \[64,"):
         rl(p, cfg, None, shard, hidden_states=xs, router_logits=ls)
+
+
+@pytest.mark.parametrize(
+    "key,poison,strategy,message",
+    [
+        ("w13_scale_2", lambda v: np.nan, "alltoall", "= nan must be finite and >= 0"),
+        ("w2_scale_2", lambda v: -v, "allgather-reducescatter", "= -[0-9.e-]+ must be finite and >= 0"),
+        ("w13_scale_2", lambda v: np.inf, "allgather-reducescatter", "= inf must be finite and >= 0"),
+        ("a13_scale_2", lambda v: 0.0, "alltoall", "= 0 must be finite and > 0"),
+        ("a2_scale_2", lambda v: np.nan, "allgather-reducescatter", "= nan must be finite and > 0"),
+    ],
+)
+def test_run_local_checks_the_global_scales_of_a_weights_dict(key, poison, strategy, message):
+    # As MoE(weights, device='cpu') does (C++ validate_global_scales): these used to run and return
+    # NaNs or a silently wrong layer.
+    p = small()  # w4a4
+    weights = fp4moe.random_weights(p, 81)
+    e = int(np.random.default_rng(82).integers(p.num_experts))
+    bad = dict(weights, **{key: weights[key].copy()})
+    bad[key][e] = poison(bad[key][e])
+    xs, ls = inputs(p, 2, T=3, seed=83)
+    with pytest.raises(fp4moe.InvalidArgumentError, match=rf"weights: {key}\[{e}\] {message}"):
+        fp4moe.parallel.run_local(p, (2, 1, 2), strategy, bad, hidden_states=xs, router_logits=ls,
+                                  quantized_dispatch="off")
+    with pytest.raises(fp4moe.InvalidArgumentError, match=rf"weights: {key}\[{e}\] {message}"):
+        fp4moe.MoE(p, bad, device="cpu")
+    # The untouched dict runs: the layer of its seed.
+    outs = fp4moe.parallel.run_local(p, (2, 1, 2), strategy, weights, hidden_states=xs, router_logits=ls,
+                                     quantized_dispatch="off")
+    moe = fp4moe.MoE.dummy(p, 81, device="cpu")
+    for x, l, out in zip(xs, ls, outs):
+        assert np.linalg.norm(out) > 0 and rel_l2(out, moe(x, l)) <= TOLERANCE
+
+
+def test_padded_tokens_error_names_the_callers_max_tokens():
+    # The binding shrinks the ranks' max_tokens to the largest input; the error used to name that
+    # (max_tokens = 3 here) instead of the problem's.
+    p = small().replace(max_tokens=8)
+    xs, ls = inputs(p, 2, T=3, seed=91)
+    for padded in (1, 2, 9):
+        with pytest.raises(
+            fp4moe.InvalidArgumentError, match=rf"padded_tokens = {padded} must be in \[num_tokens = 3 .*max_tokens = 8\]"
+        ):
+            fp4moe.parallel.run_local(
+                p, (2, 1, 1), "allgather-reducescatter", SEED, hidden_states=xs, router_logits=ls, padded_tokens=padded
+            )
+    base = fp4moe.parallel.run_local(p, (2, 1, 1), "allgather-reducescatter", SEED, hidden_states=xs, router_logits=ls)
+    for padded in (3, 8):
+        outs = fp4moe.parallel.run_local(
+            p, (2, 1, 1), "allgather-reducescatter", SEED, hidden_states=xs, router_logits=ls, padded_tokens=padded
+        )
+        for got, want in zip(outs, base):
+            np.testing.assert_array_equal(got, want)
+
+
+def test_non_int_and_non_bool_arguments_are_refused(monkeypatch):
+    # int() truncated 2.9 to 2 (the config ran as dp = 2) and bool() took any object as a flag.
+    p = small()
+    xs, ls = inputs(p, 2, T=2, seed=95)
+    rl = fp4moe.parallel.run_local
+    cases = [
+        (lambda: rl(p, (2.9, 1, 2), "alltoall", hidden_states=xs, router_logits=ls), "dp = 2.9 must be an int"),
+        (lambda: rl(p, {"dp": 2, "tp": 1, "ep": "2"}, hidden_states=xs, router_logits=ls), "ep = '2' must be an int"),
+        (lambda: rl(p, (2, 1, 2), None, -1, hidden_states=xs, router_logits=ls), r"-1 must be in \[0, 2\*\*64\)"),
+        (lambda: rl(p, (2, 1, 2), hidden_states=xs, router_logits=ls, threads_per_rank=1.5), "threads_per_rank = 1.5"),
+        (lambda: fp4moe.applicable_strategies((2, 1.0, 2)), "tp = 1.0 must be an int"),
+        (lambda: fp4moe.rank_layout((2, 1, 2), 1.2), "rank = 1.2 must be an int"),
+        (lambda: fp4moe.valid_parallel_configs(p, 4.5), "world_size = 4.5 must be an int"),
+        (lambda: fp4moe.ParallelMoE(p, (2, 1, 2), check_token_counts="no"), "check_token_counts = 'no' must be a bool"),
+        (lambda: fp4moe.ParallelMoE(p, (2, 1, 2), seed=-5), r"seed = -5 must be in \[0, 2\*\*64\)"),
+    ]
+    torchrun_env(monkeypatch, 0, 2)
+    for call, message in cases:
+        with pytest.raises(fp4moe.InvalidArgumentError, match=message):
+            call()
+    # numpy integers are ints.
+    assert fp4moe.rank_layout((np.int64(2), 1, np.int32(2)), np.int64(1))["dp_rank"] == 1
+
+
+def test_problem_and_parallel_config_compare_with_any_object():
+    p = small()
+    assert (p == None) is False and (p != None) is True  # noqa: E711  (a TypeError before)
+    assert p != "qwen3-30b-a3b" and p in [None, 3, p.copy()]
+    assert p == p.copy() and p != p.replace(top_k=2)
+    c = fp4moe.ParallelConfig(2, 1, 2)
+    configs = fp4moe.valid_parallel_configs(p, 4)
+    assert c != (2, 1, 2) and (2, 1, 2) not in configs and None not in configs
+    assert fp4moe.ParallelConfig(2, 2, 4) in configs and fp4moe.ParallelConfig(2, 2, 2) not in configs
+    # Both are mutable and compare by value: unhashable (an identity hash broke a == b => hash(a) == hash(b)).
+    for obj in (p, c):
+        with pytest.raises(TypeError, match="unhashable"):
+            hash(obj)
+        with pytest.raises(TypeError, match="unhashable"):
+            _ = {obj: 1}
+
+
+def test_run_local_takes_numpy_bfloat16_as_its_float32_values():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    p = small()
+    xs, ls = inputs(p, 2, T=3, seed=97)
+    xb, lb = [x.astype(ml_dtypes.bfloat16) for x in xs], [l.astype(ml_dtypes.bfloat16) for l in ls]
+    want = fp4moe.parallel.run_local(p, (2, 1, 2), "alltoall", SEED, hidden_states=[x.astype(np.float32) for x in xb],
+                                     router_logits=[l.astype(np.float32) for l in lb])
+    got = fp4moe.parallel.run_local(p, (2, 1, 2), "alltoall", SEED, hidden_states=xb, router_logits=lb)
+    for g, w in zip(got, want):
+        assert np.linalg.norm(w) > 0
+        np.testing.assert_array_equal(g, w)
+    with pytest.raises(fp4moe.InvalidArgumentError, match=r"hidden_states\[1\] is (big|little)-endian float32"):
+        fp4moe.parallel.run_local(p, (2, 1, 2), "alltoall", SEED, hidden_states=[xs[0], xs[1].astype(xs[1].dtype.newbyteorder("S"))],
+                                  router_logits=ls)
 
 
 def test_run_local_refuses_different_inputs_on_the_tp_ranks_of_a_group():
