@@ -1560,7 +1560,8 @@ TEST(MoeGpu, ForwardRejectsBadArgumentsBeforeLaunching) {
   a.hidden = reinterpret_cast<const uint16_t*>(ws.get() + 1024);
   expect_error(a, "workspace = ", ws.size(), ws.get());
   a = good();
-  a.out = reinterpret_cast<uint16_t*>(ws.get() + ws.size() - 256);
+  a.out = reinterpret_cast<uint16_t*>(ws.get() + 256);  // (its 4 rows within the workspace)
+  ASSERT_GT(ws.size(), 256 + 4 * size_t(p.hidden_size) * 2);
   expect_error(a, "overlaps the workspace", ws.size(), ws.get());
   CUDA_ASSERT(cudaDeviceSynchronize());
 }
