@@ -362,7 +362,9 @@ Status MoeLayer::validate(const ForwardArgs& a, const void* workspace, size_t wo
     const BufferRange out{"out", a.out, rows * H * 2}, ws{"workspace", workspace, workspace_bytes};
     FP4MOE_RETURN_IF_ERROR(check_disjoint(out, reads));
     FP4MOE_RETURN_IF_ERROR(check_disjoint(ws, reads));
-    FP4MOE_RETURN_IF_ERROR(check_disjoint(out, {ws}));
+    if (overlaps(out, ws))
+      return invalid_argument("out = ", a.out, " (", out.bytes, " bytes) overlaps the workspace = ", workspace, " (",
+                              workspace_bytes, " bytes): the layer writes both; give separate buffers");
   }
   // Where each buffer lives: a pointer the GPU cannot reach would fault a kernel and end the context.
   for (const auto& [name, ptr] : {std::pair<const char*, const void*>{"hidden", a.hidden}, {"out", a.out},
