@@ -10,6 +10,6 @@ ctest --output-on-failure "$@"
 # CPU ones run here; tests/python/test_gpu.py skips, saying why, without torch and a GPU).
 venv="$root/build/python-venv"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-"$venv/bin/python" -m pip install -q --disable-pip-version-check numpy==2.4.6 pytest==9.2.0
+"$venv/bin/python" -m pip install -q --disable-pip-version-check numpy==2.4.6 pytest==9.2.0 ml_dtypes==0.7.0
 (cd "$root" && "$venv/bin/python" -m pip install -q --disable-pip-version-check ./ -Ccmake.build-type=Release)
 (cd "$root" && "$venv/bin/python" -m pytest tests/python -q -rs -p no:cacheprovider)
