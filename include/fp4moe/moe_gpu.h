@@ -86,7 +86,8 @@ struct ForwardArgs {
   const float* topk_weights = nullptr;  // [num_tokens, top_k]
   int64_t num_tokens = 0;               // 0 <= num_tokens <= problem.max_tokens
   uint16_t* out = nullptr;              // [num_tokens, H] bf16, device, 16-byte aligned; it and the
-                                        // workspace may not overlap the inputs (no in-place forward)
+                                        // workspace may not overlap the inputs nor each other (no
+                                        // in-place forward: validate() refuses it by name)
   // w4a4 only, after set_input_scale_2(s): `hidden` already holds the quantized GEMM1 input, each
   // element an e2m1 code times its e4m3 block scale (exact in bf16), as the NVFP4 `kernel` recipe
   // produces it at encode global scale 1/s, with Llama-4's router weight already applied (the

@@ -685,7 +685,8 @@ class MoE:
         of ml_dtypes is widened to float32 first, exactly), float32 out (the reference's sum before
         any output rounding).
         T <= problem.max_tokens on both devices (InvalidArgumentError otherwise).
-        `out` (optional): the output array to write (writable, not read-only).
+        `out` (optional): the output array to write (writable, not read-only), not overlapping the
+        inputs (no in-place forward; the GPU layer refuses an overlap by name).
 
         PyTorch tensors without out/stream go through torch.ops.fp4moe.moe_forward.
         """

@@ -377,7 +377,8 @@ class ParallelMoE:
 
         hidden_states bfloat16 [T, H] on this rank's GPU with router_logits [T, E] (float32 or
         bfloat16; each rank routes its own tokens) or topk_ids int32 / topk_weights float32 [T, k]
-        (global expert ids). Returns out, bfloat16 [T, H]: the full layer output for these tokens.
+        (global expert ids). Returns out, bfloat16 [T, H]: the full layer output for these tokens
+        (an `out` given must not overlap the inputs: refused by name, on every rank).
         The layer runs on its own stream, ordered after `stream` (default: torch's current stream,
         else the legacy default stream) and before later work on it. Without padded_tokens the
         host waits for the collectives (with the deadline), so the forward is not capturable.

@@ -344,7 +344,7 @@ Status load_per_expert_nvfp4(LayerLoader& ld, const std::string& base, const cha
     }
     if (!(v > 0)) return io_error(ld.ckpt_.info().directory, ": tensor '", name, "' = ", v, " must be positive (it is divided by)");
     *out = 1.0f / v;
-    // (A subnormal encode scale has no finite float inverse: refused, not loaded as inf.)
+    // (An encode scale below about 2.9e-39, a subnormal, has no finite float inverse: refused, not loaded as inf.)
     if (!std::isfinite(*out))
       return io_error(ld.ckpt_.info().directory, ": tensor '", name, "' = ", v,
                       " has no finite inverse (the decode scale 1 / value overflows float)");
@@ -417,7 +417,7 @@ Status load_per_expert_nvfp4(LayerLoader& ld, const std::string& base, const cha
 // Llama-4 fused 3-D expert tensors (experts.gate_up_proj, experts.down_proj, their weight_scale,
 // weight_scale_2 and input_scale; scales per tensor or per expert), in either orientation, told apart
 // by the header shapes of gate_up_proj and its weight_scale (the weight shapes alone coincide where
-// H = 4 I, the scale shapes never do, H / 16 being 2 I there):
+// H = 4 I, the scale shapes then do not: H / 16 is I / 4 there, not 2 I):
 //   K-major (ModelOpt's Llama-4 export; the [E, in, out] layout of HF's Llama4TextExperts, packed along
 //            `in`): gate_up_proj U8 [E, H/2, 2I], weight_scale [E, H/16, 2I], down_proj [E, I/2, H],
 //            weight_scale [E, I/16, H]. Per expert these are the byte-wise transposes of the usual

@@ -359,12 +359,13 @@ Status MoeLayer::validate(const ForwardArgs& a, const void* workspace, size_t wo
          rows * size_t(p.num_experts()) * (a.logits_type == LogitsType::kF32 ? 4 : 2)},
         {"topk_ids", a.topk_ids, rows * K * 4},
         {"topk_weights", a.topk_weights, rows * K * 4}};
-    const BufferRange out{"out", a.out, rows * H * 2}, ws{"workspace", workspace, workspace_bytes};
+    // (The workspace over the bytes the layer uses: a larger arena may hold other buffers past them.)
+    const BufferRange out{"out", a.out, rows * H * 2}, ws{"workspace", workspace, size_t(impl_->ws_layout.total)};
     FP4MOE_RETURN_IF_ERROR(check_disjoint(out, reads));
     FP4MOE_RETURN_IF_ERROR(check_disjoint(ws, reads));
     if (overlaps(out, ws))
       return invalid_argument("out = ", a.out, " (", out.bytes, " bytes) overlaps the workspace = ", workspace, " (",
-                              workspace_bytes, " bytes): the layer writes both; give separate buffers");
+                              ws.bytes, " bytes used): the layer writes both; give separate buffers");
   }
   // Where each buffer lives: a pointer the GPU cannot reach would fault a kernel and end the context.
   for (const auto& [name, ptr] : {std::pair<const char*, const void*>{"hidden", a.hidden}, {"out", a.out},

@@ -188,6 +188,7 @@ class ParallelMoe {
     const float* topk_weights = nullptr;    // [num_tokens, k]
     int64_t num_tokens = 0;                 // 0 <= num_tokens <= problem.max_tokens
     void* out = nullptr;                    // [num_tokens, H] backend->output_type(): the full layer output
+                                            // (may not overlap the inputs: refused by name)
     // CUDA-graph mode when >= 0 (strategies none, tp-allreduce and allgather-reducescatter; alltoall
     // has none): the forward waits on nothing on the host, and allgather-reducescatter exchanges
     // exactly padded_tokens token rows per rank (num_tokens real ones, then filler rows whose router

@@ -96,7 +96,7 @@ Status get_preset(std::string_view name, MoeProblem* out) {
 
 MoeProblem scaled_preset(const MoeProblem& p, int factor) {
   MoeProblem s = p;
-  factor = std::max(factor, 1);  // (a factor below 1 shrinks nothing: the preset itself, name included)
+  factor = std::max(factor, 1);  // (a factor below 1 is taken as 1: no division by zero)
   auto shrink = [&](int64_t v) { return std::max<int64_t>(128, (v / factor + 127) / 128 * 128); };
   s.hidden_size = shrink(p.hidden_size);
   s.intermediate_size = shrink(p.intermediate_size);
