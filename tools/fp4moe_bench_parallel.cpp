@@ -573,9 +573,9 @@ static int tool_main(int argc, char** argv) {
   // The world the configs are checked against: --nproc, or under a launcher (torchrun, mpirun, SLURM)
   // the ranks it started (--nproc may be left at 1 there).
   LaunchInfo info;
+  const Status launched = launch_info_from_environment(&info);  // (--cpu: only for the note below)
   if (!o.cpu) {
-    s = launch_info_from_environment(&info);
-    if (!s.ok()) die(s.to_string());
+    if (!launched.ok()) die(launched.to_string());
     if (info.launcher != "none" && info.world_size != o.nproc && o.nproc != 1)
       die("--nproc = " + std::to_string(o.nproc) + " but the launcher started " + std::to_string(info.world_size) +
           " ranks");
@@ -601,9 +601,9 @@ static int tool_main(int argc, char** argv) {
   }
   if (o.cpu) {
     // (--cpu runs its --nproc ranks as threads of this process: a launcher's ranks would each run a world.)
-    if (LaunchInfo li; launch_info_from_environment(&li).ok() && li.launcher != "none")
+    if (launched.ok() && info.launcher != "none")
       std::fprintf(stderr, "fp4moe-bench-parallel: note: --cpu runs all %d ranks in this process; the %s launcher's "
-                   "%d processes each run their own\n", o.nproc, li.launcher.c_str(), li.world_size);
+                   "%d processes each run their own\n", o.nproc, info.launcher.c_str(), info.world_size);
     return run_cpu(o, p);
   }
   if (info.launcher == "none" && o.nproc > 1) return launch_local(argc, argv, o);

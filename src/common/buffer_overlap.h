@@ -2,10 +2,12 @@
 // in-place call the kernels do not support would otherwise give wrong results, silently.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
-#include <initializer_list>
 
+#include "fp4moe/moe.h"
+#include "fp4moe/routing.h"
 #include "fp4moe/status.h"
 
 namespace fp4moe {
@@ -22,8 +24,21 @@ inline bool overlaps(const BufferRange& x, const BufferRange& y) {
   return a < b + y.bytes && b < a + x.bytes;
 }
 
+// The bytes a layer forward reads of its caller's buffers (MoeLayer and ParallelMoe take the same
+// inputs): hidden [T, H] bf16, router logits [T, E] fp32 or bf16, top-k ids and weights [T, k].
+inline std::array<BufferRange, 4> forward_inputs(const MoeProblem& p, int64_t num_tokens, const void* hidden,
+                                                 const void* router_logits, LogitsType logits_type,
+                                                 const void* topk_ids, const void* topk_weights) {
+  const size_t rows = size_t(num_tokens), K = size_t(p.top_k());
+  return {{{"hidden", hidden, rows * size_t(p.hidden_size) * 2},
+           {"router_logits", router_logits,
+            rows * size_t(p.num_experts()) * (logits_type == LogitsType::kF32 ? 4 : 2)},
+           {"topk_ids", topk_ids, rows * K * 4},
+           {"topk_weights", topk_weights, rows * K * 4}}};
+}
+
 // invalid_argument naming both buffers where `written` overlaps one of `read`.
-inline Status check_disjoint(const BufferRange& written, std::initializer_list<BufferRange> read) {
+inline Status check_disjoint(const BufferRange& written, const std::array<BufferRange, 4>& read) {
   for (const BufferRange& r : read)
     if (overlaps(written, r))
       return invalid_argument(written.name, " = ", written.p, " (", written.bytes, " bytes) overlaps ", r.name, " = ",

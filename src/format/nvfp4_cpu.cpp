@@ -66,8 +66,8 @@ Status quantize_nvfp4_cpu(const Nvfp4QuantizeParams& p, const void* x, InputType
                           uint8_t* scales) {
   FP4MOE_RETURN_IF_ERROR(check_shape("quantize_nvfp4", p.rows, p.cols, kNvfp4BlockSize));
   FP4MOE_RETURN_IF_ERROR(check_global_scale(p.global_scale));
-  if (p.rows > 0 && (!x || !packed || !scales)) return invalid_argument("quantize_nvfp4: null pointer argument");
   if (p.rows == 0) return Status::Ok();  // (null pointers allowed, as on the GPU)
+  if (!x || !packed || !scales) return invalid_argument("quantize_nvfp4: null pointer argument");
   const int64_t num_sf = p.cols / kNvfp4BlockSize;
   if (p.layout == ScaleLayout::kSwizzled128x4) {
     std::memset(scales, 0, scale_bytes(p.layout, p.rows, num_sf));

@@ -352,15 +352,11 @@ Status MoeLayer::validate(const ForwardArgs& a, const void* workspace, size_t wo
   // No buffer the layer writes may overlap one it reads: `out` is written while `hidden` and the routing
   // may still be read (direct GEMM1 reads `hidden` in place), and the workspace is written first.
   {
-    const size_t rows = size_t(a.num_tokens), H = size_t(p.hidden_size), K = size_t(p.top_k());
-    const std::initializer_list<BufferRange> reads = {
-        {"hidden", a.hidden, rows * H * 2},
-        {"router_logits", a.router_logits,
-         rows * size_t(p.num_experts()) * (a.logits_type == LogitsType::kF32 ? 4 : 2)},
-        {"topk_ids", a.topk_ids, rows * K * 4},
-        {"topk_weights", a.topk_weights, rows * K * 4}};
+    const auto reads =
+        forward_inputs(p, a.num_tokens, a.hidden, a.router_logits, a.logits_type, a.topk_ids, a.topk_weights);
     // (The workspace over the bytes the layer uses: a larger arena may hold other buffers past them.)
-    const BufferRange out{"out", a.out, rows * H * 2}, ws{"workspace", workspace, size_t(impl_->ws_layout.total)};
+    const BufferRange out{"out", a.out, size_t(a.num_tokens) * size_t(p.hidden_size) * 2},
+        ws{"workspace", workspace, size_t(impl_->ws_layout.total)};
     FP4MOE_RETURN_IF_ERROR(check_disjoint(out, reads));
     FP4MOE_RETURN_IF_ERROR(check_disjoint(ws, reads));
     if (overlaps(out, ws))

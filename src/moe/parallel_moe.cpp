@@ -739,14 +739,10 @@ Status ParallelMoe::Impl::forward(const Args& a, StepTimes* times) {
                                     {"router_logits", a.router_logits}, {"topk_ids", a.topk_ids},
                                     {"topk_weights", a.topk_weights}})
       FP4MOE_RETURN_IF_ERROR(backend->check_caller_buffer(name, ptr));
-    const size_t rows = size_t(T), K = size_t(problem.top_k());
-    FP4MOE_RETURN_IF_ERROR(check_disjoint(
-        {"out", a.out, rows * size_t(H) * comm::size_of(backend->output_type())},
-        {{"hidden", a.hidden, rows * size_t(H) * 2},
-         {"router_logits", a.router_logits,
-          rows * size_t(problem.num_experts()) * (a.logits_type == LogitsType::kF32 ? 4 : 2)},
-         {"topk_ids", a.topk_ids, rows * K * 4},
-         {"topk_weights", a.topk_weights, rows * K * 4}}));
+    FP4MOE_RETURN_IF_ERROR(
+        check_disjoint({"out", a.out, size_t(T) * size_t(H) * comm::size_of(backend->output_type())},
+                       forward_inputs(problem, T, a.hidden, a.router_logits, a.logits_type, a.topk_ids,
+                                      a.topk_weights)));
   }
   const int64_t P = a.padded_tokens;
   const bool graph_mode = P >= 0;
