@@ -2,7 +2,7 @@
 # Installs everything the fp4moe build needs, from Debian packages and PyPI only (the wheel pinned,
 # the Debian packages at the versions the release ships).
 #   - Debian: cmake, ninja, ccache, GoogleTest (libgtest-dev); python3-venv where python3 lacks venv
-#     (scripts/test.sh builds the Python package in a venv).
+#     (scripts/test.sh builds the Python package in a venv) and python3-pip where it lacks pip.
 #   - PyPI:   nvidia-cutlass==4.2.0.0, unpacked into .deps/ for its CUTLASS/CuTe headers.
 #   - CUDA 13 toolkit (nvcc, cudart, NCCL) must already be installed under /usr/local/cuda.
 # Idempotent: a second run does nothing but checks.
@@ -16,6 +16,8 @@ for pkg in cmake ninja-build ccache libgtest-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 python3 -c "import venv, ensurepip" >/dev/null 2>&1 || need_apt+=(python3-venv)
+# (pip fetches the CUTLASS wheel below; Debian's python3 has no pip module without python3-pip)
+python3 -m pip --version >/dev/null 2>&1 || need_apt+=(python3-pip)
 if ((${#need_apt[@]})); then
   echo "setup: installing Debian packages: ${need_apt[*]}"
   sudo_cmd=""

@@ -40,7 +40,8 @@
 // Rank 0 prints the slowest rank's medians per row. Host-clock timing (steady_clock) around synchronized
 // steps and replays, after a barrier: it includes launch overheads.
 //
-// Ran on 2 H200s (bench/results/2026-11-29_h200x2_*parallel*.txt; g-exp and g-raw not yet); --cpu
+// Ran on 2 H200s (bench/results/2026-11-29_h200x2_*.txt, 2026-11-30_h200x2_run3/run4_*.txt, with the
+// g-exp and g-raw columns from 2026-11-29_h200x2_parallel_g-exp.txt on); --cpu
 // runs anywhere (no graph columns there).
 #include <spawn.h>
 #include <sys/socket.h>

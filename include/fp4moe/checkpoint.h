@@ -11,7 +11,7 @@
 // MixtralForCausalLM, Llama4ForConditionalGeneration / Llama4ForCausalLM, GptOssForCausalLM. Anything
 // else, and unquantized or otherwise-quantized checkpoints, is kUnsupported with the reason.
 //
-// Conventions (BRIEF section 3), detected from hf_quant_config.json / quantization_config:
+// Checkpoint conventions, detected from hf_quant_config.json / quantization_config:
 //   kModeloptNvfp4           per expert {gate,up,down}: weight U8 [N, K/2], weight_scale F8_E4M3
 //                            [N, K/16], weight_scale_2 F32 (decode convention), input_scale F32
 //                            (optional). Llama-4 stores fused 3-D tensors instead

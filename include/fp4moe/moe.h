@@ -61,7 +61,7 @@ struct MoeProblem {
   int64_t flops_per_pair() const { return 2 * 3 * hidden_size * intermediate_size; }
 };
 
-// Presets for the models of BRIEF section 5: deepseek-r1, qwen3-30b-a3b, qwen3-235b-a22b,
+// Presets (the MoE layer of each model): deepseek-r1, qwen3-30b-a3b, qwen3-235b-a22b,
 // llama4-scout, llama4-maverick, mixtral-8x7b, gpt-oss-120b, gpt-oss-20b.
 std::vector<std::string> preset_names();
 Status get_preset(std::string_view name, MoeProblem* out);

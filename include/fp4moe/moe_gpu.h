@@ -37,7 +37,7 @@ struct LayerOptions {
   int tp_rank = 0, tp_size = 1;
   // Config choices measured by `fp4moe-bench --tune FILE` on this GPU (empty: the built-in heuristic).
   std::string tune_file;
-  // Split-K for decode with fewer GEMM tiles than SMs (a token or two on a few experts, e.g. Llama-4
+  // Split-K for decode where a GEMM's tiles would fill at most half the SMs (a token or two on a few experts, e.g. Llama-4
   // top-1 at T=1): the sm90 decode config (16-token tiles) cuts each tile's K into up to 8 ranges on
   // otherwise idle SMs and sums their fp32 partials in a fixed order. Deterministic run to run, but
   // not bit-identical to the unsplit forward, and the split depends on the batch's token count, so a
@@ -104,7 +104,8 @@ struct KernelInfo {
                       // their own: a main tile of 128 or more, more rows than one tile; in gemm2,
                       // ", K in N ranges" for a GEMM2 over canonical K ranges, with ", split at
                       // them" where LayerOptions::range_split splits it, ", overlaps GEMM1" where
-                      // LayerOptions::gemm_overlap applies, ", dynamic units" for 16-token tiles)
+                      // LayerOptions::gemm_overlap applies, ", dynamic units" where tiles are taken
+                      // from a counter: GEMM2's 16-token tiles, both GEMMs' tiles of 48 or more)
   std::string gemm2;
   std::string regime; // e.g. "decode: <= 8 rows per expert"
 };

@@ -1,7 +1,7 @@
 // Data, tensor and expert parallelism for the MoE layer: the configuration, the dispatch/combine
 // strategies, their validation, and the launcher variables a multi-process run starts from.
 //
-// Semantics (vLLM's FusedMoEParallelConfig, BRIEF section 6). The world has dp * tp ranks, one per
+// Semantics (vLLM's FusedMoEParallelConfig). The world has dp * tp ranks, one per
 // GPU; world rank r sits in DP group r / tp at TP rank r % tp. The ranks of one DP group hold the same
 // tokens (attention TP replicates the hidden states); different DP groups hold different tokens.
 // The MoE itself is laid out over the whole world in one of two ways:

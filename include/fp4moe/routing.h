@@ -1,6 +1,6 @@
 // Routing: router logits [T, E] -> top-k expert ids [T, k] (int32) and weights [T, k] (fp32).
 //
-// Methods (BRIEF section 4):
+// Methods:
 //   kSoftmaxTopK  - Mixtral, Qwen3-MoE: softmax over all E, take the top k, optionally renormalize the
 //                   k weights to sum to 1 (Qwen3 norm_topk_prob).
 //   kDeepSeekV3   - DeepSeek-V3/R1: s = sigmoid(logit); selection on s + correction_bias; experts are in

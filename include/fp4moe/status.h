@@ -31,7 +31,7 @@ class [[nodiscard]] Status {
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }
   const std::string& message() const { return message_; }
-  // "invalid argument: top_k = 300 must be <= num_experts = 256"
+  // e.g. "invalid argument: hidden_size = 100 must be a positive multiple of 32"
   std::string to_string() const;
 
  private:

@@ -29,7 +29,7 @@ ncclDataType_t nccl_type(DataType t) {
 // and the thread yields so a spinning rank does not starve the proxy threads NCCL runs.
 void pause_briefly() { std::this_thread::yield(); }
 
-// NVLink multicast is off on the GPU machines (BRIEF section 6); keep NCCL from probing it.
+// NVLink multicast is off on the GPU machines this project runs on; keep NCCL from probing it.
 void disable_nvls_unless_set() { ::setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0); }
 
 ncclConfig_t nonblocking_config() {
