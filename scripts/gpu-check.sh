@@ -10,6 +10,8 @@
 #   python      builds the wheel there (pip, carried build deps), pytest tests/python (the 2-GPU
 #               ParallelMoE tests where there are 2 GPUs), the example
 #   checkpoint  generated checkpoints through fp4moe-check and fp4moe-bench --checkpoint
+#   large       fp4moe-bench --check at token counts whose buffers pass 2^31 elements (64-bit
+#               offsets in every kernel; ~4 minutes, ~60 GB of GPU memory at Llama-4-Maverick)
 #   parallel    test_parallel_gpu and fp4moe-bench-parallel --nproc 2 (2 GPUs)
 # Exits non-zero when any step it ran failed (every step prints "=== <what> exit <rc>").
 # Every JSON it writes (bench, peers) is also packed into $OUT/00-json.tgz at the end (named to sort
@@ -26,10 +28,10 @@ bash scripts/gpu-unpack-builds.sh
 bin=${FP4MOE_BIN:-gpubin/bin}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 sections=" ${FP4MOE_SECTIONS:-tests bench} "
-[ "$sections" = " all " ] && sections=" tests memcheck bench peers python checkpoint parallel "
+[ "$sections" = " all " ] && sections=" tests memcheck bench peers python checkpoint large parallel "
 for s in $sections; do
-  case $s in tests|memcheck|bench|peers|python|checkpoint|parallel) ;;
-    *) echo "gpu-check: unknown section '$s' in FP4MOE_SECTIONS (tests memcheck bench peers python checkpoint parallel)"; exit 2 ;;
+  case $s in tests|memcheck|bench|peers|python|checkpoint|large|parallel) ;;
+    *) echo "gpu-check: unknown section '$s' in FP4MOE_SECTIONS (tests memcheck bench peers python checkpoint large parallel)"; exit 2 ;;
   esac
 done
 has() { [[ "$sections" == *" $1 "* ]]; }
@@ -172,6 +174,20 @@ if has checkpoint; then
     done
   } >> "$log" 2>&1
   grep -E "^=== (fp4moe|checkpoint)" "$log"
+fi
+
+if has large; then
+  # Routed pairs x H (the permuted activations, GEMM2's output) or x I (GEMM1's output) past 2^31
+  # elements: a 32-bit offset anywhere would fail --check, whose tokens include the batch's last.
+  # Few iterations and no warm-up time: correctness, not the tables' power state.
+  for spec in "deepseek-r1 40000 w4a16" "deepseek-r1 40000 w4a4" "qwen3-30b-a3b 150000 w4a16" \
+              "gpt-oss-120b 200000 w4a16" "mixtral-8x7b 80000 w4a16" "llama4-maverick 430000 w4a16"; do
+    set -- $spec
+    timeout ${FP4MOE_LARGE_TIMEOUT:-300} "$bin/fp4moe-bench" --preset "$1" --tokens "$2" --mode "$3" --routing random \
+      --check --check-tokens 64 --iters 3 --warmup 1 --warmup-ms 0 --verbose --json "$out/large_$1_$3.json" 2>&1
+    echo "=== large $1 T=$2 $3 exit $?"
+  done >> "$out/large.log" 2>&1
+  grep -E "^=== large|pass \(|fail" "$out/large.log"
 fi
 
 if has parallel; then
