@@ -113,7 +113,7 @@ def global_scale_from_amax(amax: float, convention: str) -> float:
     """The NVFP4 global scale of a tensor whose largest magnitude is `amax`:
     ``'encode'`` gs = 2688/amax (vLLM, FlashInfer, compressed-tensors ``*_global_scale``) or
     ``'decode'`` s2 = amax/2688 (ModelOpt ``weight_scale_2``, ``input_scale``)."""
-    return _ext.global_scale_from_amax(float(amax), convention)
+    return _ext.global_scale_from_amax(_real(amax, "amax"), convention)
 
 
 def quantize_nvfp4(
@@ -151,7 +151,7 @@ def quantize_nvfp4(
         _arrays.export(x, "x", bf16=True),
         _arrays.export(packed, "packed", writable=True),
         _arrays.export(scales, "scales", writable=True),
-        float(global_scale),
+        _real(global_scale, "global_scale"),
         convention,
         recipe,
         layout,
@@ -174,7 +174,7 @@ def dequantize_nvfp4(packed, scales, global_scale: float, convention: str, *, la
         _arrays.export(packed, "packed"),
         _arrays.export(_arrays.as_bytes(scales, "scales", _E4M3), "scales"),
         _arrays.export(out, "out", writable=True),
-        float(global_scale),
+        _real(global_scale, "global_scale"),
         convention,
         layout,
         _arrays.stream_handle(stream, place),
@@ -354,6 +354,13 @@ def _index(value, name: str) -> int:
         raise InvalidArgumentError(f"{name} = {value!r} must be an int") from None
 
 
+def _real(value, name: str) -> float:
+    """A float argument, taken only from a real number: float("1.5") would parse a string."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise InvalidArgumentError(f"{name} = {value!r} must be a float")
+    return float(value)
+
+
 def _seed(value, name: str = "seed") -> int:
     """A random-weights seed: an int in [0, 2**64) (the C++ uint64_t)."""
     seed = _index(value, name)
@@ -391,9 +398,7 @@ def _routing_fields(fields: dict) -> dict:
         elif key == "renormalize":
             value = _flag(value, key)
         elif key == "routed_scaling_factor":
-            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-                raise InvalidArgumentError(f"routed_scaling_factor = {value!r} must be a float")
-            value = float(value)
+            value = _real(value, key)
         else:
             value = _index(value, key)
         out[key] = value

@@ -36,7 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 # (_flag, _index, _seed: defined in fp4moe/__init__.py before it imports this module)
-from . import _arrays, _ext, _flag, _index, _seed
+from . import _arrays, _ext, _flag, _index, _real, _seed
 from ._ext import InvalidArgumentError, ParallelConfig, Problem
 
 __all__ = [
@@ -229,7 +229,7 @@ def run_local(
         ids,
         tw,
         out,
-        float(timeout),
+        _real(timeout, "timeout"),
         _index(threads_per_rank, "threads_per_rank"),
         None if padded_tokens is None else _padded(padded_tokens),
         quantized_dispatch,
@@ -297,7 +297,7 @@ class ParallelMoE:
             strategy,
             canonical,
             _seed(seed),
-            float(timeout),
+            _real(timeout, "timeout"),
             _flag(check_token_counts, "check_token_counts"),
             quantized_dispatch,
         )

@@ -726,6 +726,9 @@ def test_arrays_nanobind_cannot_import_raise_invalid_argument_naming_them():
         (lambda: fp4moe.unswizzle_scales(fp4moe.swizzle_scales(scales), 5.7, 8), "rows = 5.7 must be an int"),
         (lambda: fp4moe.unswizzle_scales(fp4moe.swizzle_scales(scales), 5, "8"), "num_scale_cols = '8' must be an int"),
         (lambda: moe.kernel_info(2.5), "num_tokens = 2.5 must be an int"),
+        (lambda: fp4moe.global_scale_from_amax("6.0", "encode"), "amax = '6.0' must be a float"),
+        (lambda: fp4moe.quantize_nvfp4(x, str(gs), "encode"), "global_scale = '.*' must be a float"),
+        (lambda: fp4moe.dequantize_nvfp4(packed, scales, None, "encode"), "global_scale = None must be a float"),
     ]
     for call, message in cases:
         with pytest.raises(fp4moe.InvalidArgumentError, match=message):

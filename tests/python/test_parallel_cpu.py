@@ -614,6 +614,8 @@ def test_non_int_and_non_bool_arguments_are_refused(monkeypatch):
         (lambda: fp4moe.valid_parallel_configs(p, 4.5), "world_size = 4.5 must be an int"),
         (lambda: fp4moe.ParallelMoE(p, (2, 1, 2), check_token_counts="no"), "check_token_counts = 'no' must be a bool"),
         (lambda: fp4moe.ParallelMoE(p, (2, 1, 2), seed=-5), r"seed = -5 must be in \[0, 2\*\*64\)"),
+        (lambda: rl(p, (2, 1, 2), hidden_states=xs, router_logits=ls, timeout="30"), "timeout = '30' must be a float"),
+        (lambda: fp4moe.ParallelMoE(p, (2, 1, 2), timeout=True), "timeout = True must be a float"),
     ]
     torchrun_env(monkeypatch, 0, 2)
     for call, message in cases:
