@@ -935,6 +935,7 @@ TEST(MoeGpu, PrefillTilesBackToBackGiveTheBitsOfSingleForwards) {
   MoeProblem p = scaled_preset(full, 4);
   p.max_tokens = 2048;
   const uint64_t seed = testing::test_seed() + 61;
+  const HostMoeWeights hw = make_random_weights(p, seed);  // create_dummy's weights, on the host
   LayerOptions opt;
   opt.path = KernelPath::kSm90;
   std::unique_ptr<MoeLayer> layer;
@@ -959,6 +960,9 @@ TEST(MoeGpu, PrefillTilesBackToBackGiveTheBitsOfSingleForwards) {
     run_forward(*layer, hidden[i], logits[i], T, &run);
     ASSERT_FALSE(HasFatalFailure());
     ASSERT_GT(testing::abs_sum_bf16(run.out), 0.0) << "T=" << T << ": all zero";
+    // Each single forward against the fp64 reference too: the bits below compare the fast path
+    // with itself, which a deterministic scheduling error would pass.
+    expect_matches_reference(p, hw, {}, hidden[i], run, T, "prefill tiles T=" + std::to_string(T));
     single[i] = run.out;
   }
   EXPECT_NE(layer->kernel_info(2048).gemm1.find(", tail BN32"), std::string::npos) << layer->kernel_info(2048).gemm1;
@@ -1691,8 +1695,10 @@ TEST(MoeGpu, OutOfRangeExpertIdsAreSkippedAndReported) {
   EXPECT_NE(validate_topk_ids(p, ids.data(), -1).message().find("num_tokens = -1"), std::string::npos);
   DeviceBuffer<int32_t> dids(ids);
   DeviceBuffer<float> dw(w);
-  DeviceBuffer<uint16_t> hidden(4 * p.hidden_size), out(4 * p.hidden_size);
-  CUDA_ASSERT(cudaMemset(hidden.get(), 0x3f, hidden.size() * 2));
+  auto rng = make_rng(testing::test_seed() + 97);
+  const std::vector<uint16_t> host_hidden = testing::random_hidden(rng, 4, p.hidden_size);
+  DeviceBuffer<uint16_t> hidden(host_hidden), out(4 * p.hidden_size);
+  CUDA_ASSERT(cudaMemset(out.get(), 0xff, out.size() * 2));  // poisoned: NaN where nothing is written
   DeviceBuffer<char> ws(layer->workspace_bytes());
   ForwardArgs a;
   a.hidden = hidden.get();
@@ -1703,6 +1709,15 @@ TEST(MoeGpu, OutOfRangeExpertIdsAreSkippedAndReported) {
   ASSERT_OK(layer->forward(a, ws.get(), ws.size(), nullptr));
   Status s = layer->check_device_errors(ws.get(), nullptr);
   EXPECT_NE(s.message().find("2 routed expert ids"), std::string::npos) << s.to_string();
+  // The skipped pairs add nothing: the output is the reference's with those ids as expert 0 at
+  // weight 0 (which adds exact zeros), every row written.
+  GpuRun run;
+  run.out = out.download();
+  run.ids = ids;
+  run.weights = w;
+  for (size_t k = 0; k < ids.size(); ++k)
+    if (ids[k] < 0 || ids[k] >= p.num_experts()) run.ids[k] = 0, run.weights[k] = 0.0f;
+  expect_matches_reference(p, make_random_weights(p, 9), {}, host_hidden, run, 4, "out-of-range ids skipped");
 }
 
 }  // namespace
