@@ -355,10 +355,14 @@ def _index(value, name: str) -> int:
 
 
 def _real(value, name: str) -> float:
-    """A float argument, taken only from a real number: float("1.5") would parse a string."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+    """A float argument, taken only from a number (Python, NumPy, or a one-element array or tensor such
+    as ``w.abs().max()``): float("1.5") would parse a string, and float(True) is 1.0."""
+    if isinstance(value, (bool, np.bool_, str, bytes)) or not hasattr(type(value), "__float__"):
         raise InvalidArgumentError(f"{name} = {value!r} must be a float")
-    return float(value)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"{name} = {value!r} must be a float (one number)") from None
 
 
 def _seed(value, name: str = "seed") -> int:

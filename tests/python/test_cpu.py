@@ -731,6 +731,7 @@ def test_arrays_nanobind_cannot_import_raise_invalid_argument_naming_them():
         (lambda: fp4moe.global_scale_from_amax("6.0", "encode"), "amax = '6.0' must be a float"),
         (lambda: fp4moe.quantize_nvfp4(x, str(gs), "encode"), "global_scale = '.*' must be a float"),
         (lambda: fp4moe.dequantize_nvfp4(packed, scales, None, "encode"), "global_scale = None must be a float"),
+        (lambda: fp4moe.global_scale_from_amax(np.ones(2), "encode"), r"must be a float \(one number\)"),
     ]
     for call, message in cases:
         with pytest.raises(fp4moe.InvalidArgumentError, match=message):
@@ -740,6 +741,8 @@ def test_arrays_nanobind_cannot_import_raise_invalid_argument_naming_them():
     np.testing.assert_array_equal(fp4moe.route(L8, method="softmax_topk", top_k=2, renormalize=True)[0],
                                   fp4moe.route(L8, fp4moe.RoutingConfig(num_experts=8, top_k=2, renormalize=True))[0])
     np.testing.assert_array_equal(fp4moe.unswizzle_scales(fp4moe.swizzle_scales(scales), np.int64(5), 8), scales)
+    # A one-element array is a number (as a torch tensor's w.abs().max() is).
+    assert fp4moe.global_scale_from_amax(np.array(6.0), "encode") == fp4moe.global_scale_from_amax(6.0, "encode")
 
 
 def test_extension_says_why_an_array_cannot_be_imported():
