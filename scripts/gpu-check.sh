@@ -182,10 +182,11 @@ if has large; then
   # Few iterations and no warm-up time: correctness, not the tables' power state.
   for spec in "deepseek-r1 40000 w4a16" "deepseek-r1 40000 w4a4" "qwen3-30b-a3b 150000 w4a16" \
               "gpt-oss-120b 200000 w4a16" "mixtral-8x7b 80000 w4a16" "llama4-maverick 430000 w4a16"; do
-    set -- $spec
-    timeout ${FP4MOE_LARGE_TIMEOUT:-300} "$bin/fp4moe-bench" --preset "$1" --tokens "$2" --mode "$3" --routing random \
-      --check --check-tokens 64 --iters 3 --warmup 1 --warmup-ms 0 --verbose --json "$out/large_$1_$3.json" 2>&1
-    echo "=== large $1 T=$2 $3 exit $?"
+    read -r preset T mode <<< "$spec"
+    timeout ${FP4MOE_LARGE_TIMEOUT:-300} "$bin/fp4moe-bench" --preset "$preset" --tokens "$T" --mode "$mode" \
+      --routing random --check --check-tokens 64 --iters 3 --warmup 1 --warmup-ms 0 --verbose \
+      --json "$out/large_${preset}_$mode.json" 2>&1
+    echo "=== large $preset T=$T $mode exit $?"
   done >> "$out/large.log" 2>&1
   grep -E "^=== large|pass \(|fail" "$out/large.log"
 fi

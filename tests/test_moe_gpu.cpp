@@ -120,6 +120,13 @@ void expect_first_tokens_match_the_batch(const MoeLayer& layer, const std::vecto
       << T;
 }
 
+// The reference refuses expert ids out of [0, num_experts); the layer skips those pairs. As expert 0
+// at weight 0 they add exact zeros, so the reference of a routing with them is the reference of this.
+void zero_out_of_range_pairs(GpuRun* run, int num_experts) {
+  for (size_t k = 0; k < run->ids.size(); ++k)
+    if (run->ids[k] < 0 || run->ids[k] >= num_experts) run->ids[k] = 0, run->weights[k] = 0.0f;
+}
+
 void expect_matches_reference(const MoeProblem& p, const HostMoeWeights& hw, const ref::ShardSpec& shard,
                               const std::vector<uint16_t>& hidden, const GpuRun& run, int64_t T,
                               const std::string& what) {
@@ -655,10 +662,7 @@ TEST(MoeGpu, DirectGemm1AtOneTokenGivesTheBitsOfThePlannedPath) {
       if (!any_local) {
         for (uint16_t v : b.out) ASSERT_EQ(v & 0x7fff, 0) << what << ": a shard without the token's experts adds 0";
       } else {
-        // (The reference refuses ids out of range: there they become expert 0 with weight 0, which
-        // adds exact zeros.)
-        for (int k = 0; k < K; ++k)
-          if (b.ids[size_t(k)] < 0 || b.ids[size_t(k)] >= E) b.ids[size_t(k)] = 0, b.weights[size_t(k)] = 0.0f;
+        zero_out_of_range_pairs(&b, E);
         expect_matches_reference(p, shard, spec, hidden, b, 1, what);
       }
     }
@@ -1688,7 +1692,8 @@ TEST(MoeGpu, OutOfRangeExpertIdsAreSkippedAndReported) {
   p = scaled_preset(p, 32);
   p.max_tokens = 8;
   std::unique_ptr<MoeLayer> layer;
-  ASSERT_OK(MoeLayer::create_dummy(p, 9, {}, &layer));
+  const uint64_t seed = 9;
+  ASSERT_OK(MoeLayer::create_dummy(p, seed, {}, &layer));
   std::vector<int32_t> ids = {0, 1, 2, 99, -1, 3, 4, 5};
   std::vector<float> w(ids.size(), 0.5f);
   EXPECT_NE(validate_topk_ids(p, ids.data(), 4).message().find("topk_ids[1][1] = 99"), std::string::npos);
@@ -1709,15 +1714,13 @@ TEST(MoeGpu, OutOfRangeExpertIdsAreSkippedAndReported) {
   ASSERT_OK(layer->forward(a, ws.get(), ws.size(), nullptr));
   Status s = layer->check_device_errors(ws.get(), nullptr);
   EXPECT_NE(s.message().find("2 routed expert ids"), std::string::npos) << s.to_string();
-  // The skipped pairs add nothing: the output is the reference's with those ids as expert 0 at
-  // weight 0 (which adds exact zeros), every row written.
+  // The skipped pairs add nothing, and every row is written.
   GpuRun run;
   run.out = out.download();
   run.ids = ids;
   run.weights = w;
-  for (size_t k = 0; k < ids.size(); ++k)
-    if (ids[k] < 0 || ids[k] >= p.num_experts()) run.ids[k] = 0, run.weights[k] = 0.0f;
-  expect_matches_reference(p, make_random_weights(p, 9), {}, host_hidden, run, 4, "out-of-range ids skipped");
+  zero_out_of_range_pairs(&run, p.num_experts());
+  expect_matches_reference(p, make_random_weights(p, seed), {}, host_hidden, run, 4, "out-of-range ids skipped");
 }
 
 }  // namespace
