@@ -229,10 +229,10 @@ TEST(Nvfp4Gpu, RejectsMisalignedAndBadShapes) {
   EXPECT_NE(bad_cols.message().find("cols = 40"), std::string::npos) << bad_cols.message();
   // MXFP4's dequantize stores floats: an output off 4-byte alignment is refused, not faulted on.
   DeviceBuffer<float> out(64);
-  st = dequantize_mxfp4_gpu(2, 32, p.get(), s.get(), reinterpret_cast<float*>(reinterpret_cast<char*>(out.get()) + 2),
-                            nullptr);
-  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
-  EXPECT_NE(st.message().find("dequantize_mxfp4_gpu: out = "), std::string::npos) << st.message();
+  const Status misaligned = dequantize_mxfp4_gpu(
+      2, 32, p.get(), s.get(), reinterpret_cast<float*>(reinterpret_cast<char*>(out.get()) + 2), nullptr);
+  EXPECT_EQ(misaligned.code(), StatusCode::kInvalidArgument) << misaligned.to_string();
+  EXPECT_NE(misaligned.message().find("dequantize_mxfp4_gpu: out = "), std::string::npos) << misaligned.message();
   // Host memory the device cannot reach is refused by name before the launch.
   int pageable = 0;
   CUDA_ASSERT(cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, 0));

@@ -28,6 +28,7 @@ struct GpuRun {
   std::vector<uint16_t> out;
   std::vector<int32_t> ids;
   std::vector<float> weights;
+  std::vector<float> logits;  // the logits the layer routed from; empty when the routing was given
   int32_t tail_tiles = -1;  // the plan's tail tiles (tail_start[E_local]); -1 at T = 0
 };
 
@@ -77,6 +78,7 @@ void run_forward(const MoeLayer& layer, const std::vector<uint16_t>& hidden, con
     run->ids = *topk_ids;
     run->weights = *topk_weights;
   } else {
+    run->logits = std::vector<float>(logits.begin(), logits.begin() + T * p.num_experts());
     // Routing the GPU used, read back from the workspace (the first two regions).
     run->ids.resize(size_t(T) * p.top_k());
     run->weights.resize(run->ids.size());
@@ -130,6 +132,21 @@ void zero_out_of_range_pairs(GpuRun* run, int num_experts) {
 void expect_matches_reference(const MoeProblem& p, const HostMoeWeights& hw, const ref::ShardSpec& shard,
                               const std::vector<uint16_t>& hidden, const GpuRun& run, int64_t T,
                               const std::string& what) {
+  if (!run.logits.empty()) {
+    // The layer routed: its ids and weights are route_cpu's, bit for bit (the routing contract).
+    std::vector<int32_t> ids(run.ids.size(), -1);
+    std::vector<float> weights(run.weights.size(), -1.0f);
+    RoutingArgs r;
+    r.logits = run.logits.data();
+    r.correction_bias = hw.routing_bias.empty() ? nullptr : hw.routing_bias.data();
+    r.num_tokens = T;
+    r.topk_ids = ids.data();
+    r.topk_weights = weights.data();
+    ASSERT_OK(route_cpu(p.routing, r));
+    ASSERT_EQ(ids, run.ids) << what << ": the layer's routing is not route_cpu's";
+    ASSERT_EQ(std::memcmp(weights.data(), run.weights.data(), weights.size() * 4), 0)
+        << what << ": the layer's routing weights are not route_cpu's bits";
+  }
   std::vector<float> ref_out(size_t(T * p.hidden_size));
   ASSERT_OK(ref::moe_forward_routed(p, hw.view(), shard, hidden.data(), run.ids.data(), run.weights.data(), T,
                                     ref_out.data()));
@@ -166,8 +183,7 @@ TEST_P(PresetTest, MatchesReferenceOnHostileTokenCounts) {
   opt.path = path;
   std::unique_ptr<MoeLayer> layer;
   Status st = MoeLayer::create_dummy(p, seed, opt, &layer);
-  if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.to_string();
-  ASSERT_OK(st);
+  FP4MOE_ASSERT_CREATED(st);
   auto rng = make_rng(seed);
   for (int64_t T : {1, 7, 127}) {
     auto hidden = testing::random_hidden(rng, T, p.hidden_size);
@@ -206,8 +222,7 @@ TEST_P(HostileRoutingTest, EveryTokenOnTheSameExpertsAndEmptyExperts) {
   opt.path = GetParam();
   std::unique_ptr<MoeLayer> layer;
   Status st = MoeLayer::create_dummy(p, seed, opt, &layer);
-  if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.to_string();
-  ASSERT_OK(st);
+  FP4MOE_ASSERT_CREATED(st);
   auto rng = make_rng(seed);
   const int64_t T = 300;  // more tokens on one expert than any token tile
   auto hidden = testing::random_hidden(rng, T, p.hidden_size);
@@ -233,8 +248,7 @@ TEST_P(HostileRoutingTest, ZeroTokensWritesNothingAndSucceeds) {
   opt.path = GetParam();
   std::unique_ptr<MoeLayer> layer;
   Status st = MoeLayer::create_dummy(p, 1, opt, &layer);
-  if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.to_string();
-  ASSERT_OK(st);
+  FP4MOE_ASSERT_CREATED(st);
   DeviceBuffer<char> ws(layer->workspace_bytes());
   DeviceBuffer<float> logits(8);
   ForwardArgs a;
@@ -394,8 +408,7 @@ TEST_P(HostileScalesTest, ZeroNegativeSubnormalNaNAndExtremeScalesMatchTheRefere
     {
       std::unique_ptr<MoeLayer> layer;
       const Status st = MoeLayer::create(p, hw.view(), opt, &layer);
-      if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.to_string();
-      ASSERT_OK(st);
+      FP4MOE_ASSERT_CREATED(st);
       GpuRun run;
       run_forward(*layer, hidden, logits, T, &run);
       expect_matches_reference(p, hw, {}, hidden, run, T, what);
@@ -463,8 +476,7 @@ TEST(MoeGpu, EveryCompiledSm90ConfigGivesTheSameBits) {
     opt.path = KernelPath::kSm90;
     std::unique_ptr<MoeLayer> layer;
     Status st = MoeLayer::create_dummy(p, seed, opt, &layer);
-    if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.to_string();
-    ASSERT_OK(st);
+    FP4MOE_ASSERT_CREATED(st);
     auto rng = make_rng(seed);
     // On a 132-SM H200 the default runs both GEMMs narrowed (2 consumers) at T=1, GEMM1 narrowed and
     // GEMM2 not at T=6 (tests/test_config.cpp, NarrowsTheDecodeConfigOnlyForFewTiles), BN16 x 4 at
@@ -515,8 +527,7 @@ TEST(MoeGpu, OutputBitsDoNotDependOnTheBatch) {
     opt.path = KernelPath::kSm90;
     std::unique_ptr<MoeLayer> layer;
     Status st = MoeLayer::create_dummy(p, seed, opt, &layer);
-    if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.to_string();
-    ASSERT_OK(st);
+    FP4MOE_ASSERT_CREATED(st);
     auto rng = make_rng(seed);
     const int64_t T = 300, H = p.hidden_size, E = p.num_experts();
     const auto hidden = testing::random_hidden(rng, T, H);
@@ -570,8 +581,7 @@ TEST(MoeGpu, DirectGemm1AtOneTokenGivesTheBitsOfThePlannedPath) {
     opt.ep_rank = l.ep_rank, opt.ep_size = l.ep_size, opt.tp_rank = l.tp_rank, opt.tp_size = l.tp_size;
     std::unique_ptr<MoeLayer> direct, planned;
     Status st = MoeLayer::create_dummy(p, seed, opt, &direct);
-    if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.to_string();
-    ASSERT_OK(st);
+    FP4MOE_ASSERT_CREATED(st);
     opt.direct_gemm1 = false;
     ASSERT_OK(MoeLayer::create_dummy(p, seed, opt, &planned));
     const int E = p.num_experts(), K = p.top_k();
@@ -714,8 +724,7 @@ TEST(MoeGpu, TailTilesGiveTheBitsOfWholeTiles) {
         opt.tail_tiles = tails;
         std::unique_ptr<MoeLayer> layer;
         Status st = MoeLayer::create_dummy(p, seed, opt, &layer);
-        if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.to_string();
-        ASSERT_OK(st);
+        FP4MOE_ASSERT_CREATED(st);
         ASSERT_OK(layer->force_sm90_config(name));
         const std::string gemm1 = layer->kernel_info(T).gemm1;
         EXPECT_EQ(gemm1.find(", tail BN32") != std::string::npos, tails) << gemm1;
@@ -787,8 +796,7 @@ TEST(MoeGpu, TailTilesOnOtherLayersAndAnExpertShard) {
       opt.ep_rank = c.ep_rank, opt.ep_size = c.ep_size;
       std::unique_ptr<MoeLayer> layer;
       Status st = MoeLayer::create_dummy(p, seed, opt, &layer);
-      if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.to_string();
-      ASSERT_OK(st);
+      FP4MOE_ASSERT_CREATED(st);
       ASSERT_OK(layer->force_sm90_config("BN128_C4_S5_x1"));
       run_forward(*layer, hidden, {}, T, &runs[tails], &ids, &w);
       const std::string what = std::string(c.preset) + (tails ? " with tails" : " whole tiles");
@@ -830,8 +838,7 @@ void check_gemm_overlap(bool back_to_back) {
       opt.path = KernelPath::kSm90;
       opt.gemm_overlap = overlap;
       Status st = MoeLayer::create_dummy(p, seed, opt, &layers[overlap]);
-      if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.to_string();
-      ASSERT_OK(st);
+      FP4MOE_ASSERT_CREATED(st);
     }
     auto rng = make_rng(seed);
     std::uniform_int_distribution<int> pick(0, E - 1);
@@ -944,8 +951,7 @@ TEST(MoeGpu, PrefillTilesBackToBackGiveTheBitsOfSingleForwards) {
   opt.path = KernelPath::kSm90;
   std::unique_ptr<MoeLayer> layer;
   Status st = MoeLayer::create_dummy(p, seed, opt, &layer);
-  if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.to_string();
-  ASSERT_OK(st);
+  FP4MOE_ASSERT_CREATED(st);
   auto rng = make_rng(seed);
   constexpr int kSizes = 4;
   const int64_t Ts[kSizes] = {2048, 900, 600, 8};
@@ -1155,8 +1161,7 @@ TEST(MoeGpu, SplitKMatchesTheReferenceAndIsDeterministic) {
     opt.split_k = true;
     std::unique_ptr<MoeLayer> layer;
     Status st = MoeLayer::create_dummy(p, seed, opt, &layer);
-    if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.to_string();
-    ASSERT_OK(st);
+    FP4MOE_ASSERT_CREATED(st);
     const std::string bn16 = MoeLayer::sm90_config_names().front();
     ASSERT_EQ(bn16.rfind("BN16_", 0), 0u) << bn16;
     ASSERT_OK(layer->force_sm90_config(bn16));
@@ -1241,8 +1246,7 @@ class Gemm2OverKRangesTest : public ::testing::TestWithParam<std::tuple<RangeLay
     LayerOptions opt;
     opt.path = KernelPath::kSm90;
     Status st = MoeLayer::create_dummy(p_, seed_, opt, &layer_);
-    if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.to_string();
-    ASSERT_OK(st);
+    FP4MOE_ASSERT_CREATED(st);
     opt.range_split = false;
     ASSERT_OK(MoeLayer::create_dummy(p_, seed_, opt, &unsplit_));
     what0_ = p_.name + " " + to_string(p_.mode);
@@ -1363,8 +1367,7 @@ TEST(MoeGpu, Gemm2RangeSplitPastFiveHundredTwelveUnitsGivesTheUnsplitBits) {
   opt.path = KernelPath::kSm90;
   std::unique_ptr<MoeLayer> layer, unsplit;
   Status st = MoeLayer::create_dummy(p, seed, opt, &layer);
-  if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.to_string();
-  ASSERT_OK(st);
+  FP4MOE_ASSERT_CREATED(st);
   opt.range_split = false;
   ASSERT_OK(MoeLayer::create_dummy(p, seed, opt, &unsplit));
   const int64_t E = p.num_experts(), H = p.hidden_size;
@@ -1447,8 +1450,7 @@ TEST(MoeGpu, SplitKOnExpertParallelShardsWithUnequalRanges) {
     opt.ep_rank = er, opt.ep_size = 2;
     std::unique_ptr<MoeLayer> layer;
     Status st = MoeLayer::create_dummy(p, seed, opt, &layer);
-    if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.to_string();
-    ASSERT_OK(st);
+    FP4MOE_ASSERT_CREATED(st);
     sm90::ConfigInput in;
     in.num_tokens = T;
     in.top_k = p.top_k();
@@ -1484,8 +1486,7 @@ TEST(MoeGpu, MaxSmsGivesTheSameBits) {
     opt.path = KernelPath::kSm90;
     opt.max_sms = limits[i];
     Status st = MoeLayer::create_dummy(p, seed, opt, &layers[i]);
-    if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.to_string();
-    ASSERT_OK(st);
+    FP4MOE_ASSERT_CREATED(st);
   }
   auto rng = make_rng(seed);
   for (int64_t T : {1, 9, 64}) {

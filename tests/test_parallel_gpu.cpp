@@ -198,8 +198,12 @@ TEST_P(ParallelGpu, EveryTwoRankConfigMatchesTheSingleGpu) {
     if (HasFatalFailure()) return;
   }
   const bool single_contributor = p.top_k() == 1;
+  int ran = 0;
+  bool ran_dp = false, ran_tp = false, ran_ep = false;
   for (const ParallelConfig& c : valid_configs(p, 2)) {
     for (Strategy s : applicable_strategies(c)) {
+      ++ran;
+      ran_dp |= c.dp == 2, ran_tp |= c.tp == 2, ran_ep |= c.ep == 2;
       SCOPED_TRACE(::testing::Message() << p.name << " dp=" << c.dp << " tp=" << c.tp << " ep=" << c.ep << " "
                                         << to_string(s));
       std::vector<std::vector<uint16_t>> outs(2);
@@ -237,6 +241,10 @@ TEST_P(ParallelGpu, EveryTwoRankConfigMatchesTheSingleGpu) {
       }
     }
   }
+  // The loop cannot pass by running nothing: the four configs of two ranks (dp 1, 2 x ep 1, 2), each
+  // with at least one strategy, so DP, TP and EP over both ranks all ran.
+  EXPECT_GE(ran, 4);
+  EXPECT_TRUE(ran_dp && ran_tp && ran_ep) << "dp " << ran_dp << " tp " << ran_tp << " ep " << ran_ep;
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, ParallelGpu, ::testing::Values("deepseek-r1", "llama4-scout"),
@@ -430,12 +438,25 @@ TEST(ParallelGpuQuantizedDispatch, RowKernelsAndPrequantizedInputOnOneGpu) {
         cpu->quantize_rows_nvfp4(hidden.data(), weighted ? row_weights.data() : nullptr, T, gs, want.data(), pitch));
     DeviceBuffer<uint16_t> d_hidden(hidden);
     DeviceBuffer<float> d_w(row_weights);
-    DeviceBuffer<uint8_t> d_wire(std::vector<uint8_t>(size_t(T) * pitch, 0));
+    // The records twice, over 0xFF and over 0x00: a byte of a row the kernel leaves unwritten differs
+    // between the two, and the pitch's tail past the row must keep its poison.
+    DeviceBuffer<uint8_t> d_wire(size_t(T) * pitch);  // poisoned (0xFF)
+    DeviceBuffer<uint8_t> d_wire0(std::vector<uint8_t>(size_t(T) * pitch, 0));
     DeviceBuffer<uint16_t> d_rows(size_t(T * H));  // poisoned
     ASSERT_OK(gpu->quantize_rows_nvfp4(d_hidden.get(), weighted ? d_w.get() : nullptr, T, gs, d_wire.get(), pitch));
+    ASSERT_OK(gpu->quantize_rows_nvfp4(d_hidden.get(), weighted ? d_w.get() : nullptr, T, gs, d_wire0.get(), pitch));
     ASSERT_OK(gpu->dequantize_rows_nvfp4(d_wire.get(), pitch, T, d_rows.get()));
     ASSERT_OK(gpu->synchronize());
-    EXPECT_EQ(d_wire.download(), want);
+    const size_t row_bytes = size_t(H / 2 + H / 16);
+    const std::vector<uint8_t> wire = d_wire.download(), wire0 = d_wire0.download();
+    for (int64_t t = 0; t < T; ++t) {
+      const size_t at = size_t(t) * pitch;
+      for (size_t b = 0; b < pitch; ++b) {
+        const uint8_t want_ff = b < row_bytes ? want[at + b] : 0xFF, want_00 = b < row_bytes ? want[at + b] : 0x00;
+        ASSERT_EQ(wire[at + b], want_ff) << "row " << t << " byte " << b << " (over 0xFF)";
+        ASSERT_EQ(wire0[at + b], want_00) << "row " << t << " byte " << b << " (over 0x00)";
+      }
+    }
     std::vector<uint16_t> rows(size_t(T * H));
     ASSERT_OK(cpu->dequantize_rows_nvfp4(want.data(), pitch, T, rows.data()));
     EXPECT_EQ(d_rows.download(), rows);

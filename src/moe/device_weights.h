@@ -21,7 +21,8 @@ struct DeviceWeights {
   uint8_t* w2 = nullptr;
   float* alpha1 = nullptr;     // [E_local] GEMM1 epilogue scale: s2 * 2^7 (/ gs_a1 in w4a4)
   float* alpha2 = nullptr;     // [E_local]
-  float* a1_gs = nullptr;      // [E_local] w4a4: encode-convention global scale of the GEMM1 input
+  float* a1_gs = nullptr;      // [E_local] w4a4: encode-convention global scale of the GEMM1 input;
+                               // alpha1 + E_local (one buffer with alpha1, no allocation of its own)
   float* a2_gs = nullptr;      // [E_local] w4a4: ... of the intermediate
   float* w13_bias = nullptr;   // [E_local, 2*I_local] linear order (gate rows, then up rows)
   float* w2_bias = nullptr;    // [E_local, H]

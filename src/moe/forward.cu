@@ -304,11 +304,15 @@ Status MoeLayer::set_input_scale_2(float input_scale_2) {
     return invalid_argument("current device ", dev, " is not device ", m.device, " the layer was created on");
   // Exactly what the weight upload computes from a13_scale_2[e] = input_scale_2 (weights.cu).
   const float gs = 1.0f / input_scale_2;
-  std::vector<float> alpha1(E), a1_gs(E, gs);
-  for (int e = 0; e < E; ++e) alpha1[e] = gemm_alpha(m.w13_scale_2[e], gs, true);
+  // alpha1 [E] then a1_gs [E], adjacent in one buffer (weights.cu): one copy replaces both, so a
+  // failed copy cannot leave the layer with one updated and the other not.
+  std::vector<float> gemm1_scales(2 * size_t(E), gs);
+  for (int e = 0; e < E; ++e) gemm1_scales[e] = gemm_alpha(m.w13_scale_2[e], gs, true);
   if (E > 0) {
-    FP4MOE_CUDA_RETURN(cudaMemcpy(m.weights.alpha1, alpha1.data(), sizeof(float) * E, cudaMemcpyHostToDevice));
-    FP4MOE_CUDA_RETURN(cudaMemcpy(m.weights.a1_gs, a1_gs.data(), sizeof(float) * E, cudaMemcpyHostToDevice));
+    if (m.weights.a1_gs != m.weights.alpha1 + E)
+      return internal_error("set_input_scale_2: the GEMM1 scales alpha1 and a1_gs are not adjacent");
+    FP4MOE_CUDA_RETURN(cudaMemcpy(m.weights.alpha1, gemm1_scales.data(), sizeof(float) * gemm1_scales.size(),
+                                  cudaMemcpyHostToDevice));
   }
   m.input_scale_2 = input_scale_2;
   return Status::Ok();

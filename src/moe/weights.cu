@@ -193,9 +193,12 @@ Status init_common(const MoeProblem& p, const WeightShard& shard, const std::vec
     alpha1[e] = gemm_alpha(w->mxfp4 ? 1.0f : w13_s2[e], a1_gs[e], w4a4);
     alpha2[e] = gemm_alpha(w->mxfp4 ? 1.0f : w2_s2[e], a2_gs[e], w4a4);
   }
-  FP4MOE_RETURN_IF_ERROR(upload(w, alpha1, &w->alpha1));
+  // alpha1 and a1_gs in one buffer, so MoeLayer::set_input_scale_2 replaces both with one copy.
+  std::vector<float> gemm1_scales = alpha1;
+  gemm1_scales.insert(gemm1_scales.end(), a1_gs.begin(), a1_gs.end());
+  FP4MOE_RETURN_IF_ERROR(upload(w, gemm1_scales, &w->alpha1));
+  w->a1_gs = E > 0 ? w->alpha1 + E : nullptr;
   FP4MOE_RETURN_IF_ERROR(upload(w, alpha2, &w->alpha2));
-  FP4MOE_RETURN_IF_ERROR(upload(w, a1_gs, &w->a1_gs));
   FP4MOE_RETURN_IF_ERROR(upload(w, a2_gs, &w->a2_gs));
   return Status::Ok();
 }

@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed: the torch
 
 import fp4moe  # noqa: E402
 import numpy_ref as ref  # noqa: E402
+import seeding  # noqa: E402
 
 if fp4moe._torch_op is None:
     pytest.skip(f"fp4moe runs without torch here: {fp4moe.torch_unavailable_reason}", allow_module_level=True)
@@ -49,7 +50,7 @@ def scaled_problem(name, factor, max_tokens=256):
 
 
 def make_inputs(p, num_tokens, seed=0, device="cpu"):
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator().manual_seed(seeding.seed(seed))  # fresh each run; `seed` keeps streams apart
     x = torch.randn(num_tokens, p.hidden_size, generator=g)
     logits = 2 * torch.randn(num_tokens, p.num_experts, generator=g)
     return x.to(device), logits.to(device)
