@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -37,7 +38,16 @@ namespace fp4moe::testing {
 inline uint64_t test_seed() {
   static const uint64_t seed = [] {
     const char* env = std::getenv("FP4MOE_TEST_SEED");
-    uint64_t s = env ? std::strtoull(env, nullptr, 10) : std::random_device{}();
+    uint64_t s = std::random_device{}();
+    if (env && *env) {
+      char* end = nullptr;
+      errno = 0;
+      s = std::strtoull(env, &end, 10);
+      if (errno != 0 || *end != '\0' || *env == '-') {
+        std::fprintf(stderr, "FP4MOE_TEST_SEED = '%s' is not a decimal integer in [0, 2^64)\n", env);
+        std::exit(2);
+      }
+    }
     std::printf("[fp4moe] FP4MOE_TEST_SEED=%llu\n", static_cast<unsigned long long>(s));
     return s;
   }();

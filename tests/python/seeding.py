@@ -13,11 +13,11 @@ def _base_seed():
     if not text:
         return secrets.randbits(64)
     try:
-        value = int(text, 0)
+        value = int(text, 10)
     except ValueError:
-        raise RuntimeError(f"FP4MOE_TEST_SEED = {text!r} is not an integer") from None
+        value = -1
     if not 0 <= value < 1 << 64:
-        raise RuntimeError(f"FP4MOE_TEST_SEED = {text!r} must be in [0, 2**64)")
+        raise RuntimeError(f"FP4MOE_TEST_SEED = {text!r} is not a decimal integer in [0, 2**64)")
     return value
 
 
