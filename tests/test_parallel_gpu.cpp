@@ -17,8 +17,9 @@
 // tolerance; its pieces on one GPU (the row kernels against the CPU backend, MoeLayer::set_input_scale_2
 // and prequantized rows against a layer created with the shared scale) bit for bit.
 //
-// STATUS: compiled only so far; skips (saying why) without 2 GPUs (the one-GPU cases without a GPU).
-// The quantized-dispatch cases were written later than the others and have never run on a GPU.
+// Runs on two H200s when they are lent (every test passed in session 22, at b4c0657;
+// bench/results/README.md lists the runs); without 2 GPUs the two-GPU tests skip, saying why, and the
+// one-GPU tests run alone.
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
@@ -651,6 +652,44 @@ TEST(ParallelGpu, W4a4QuantizedDispatchMatchesTheSingleGpuLayerWithTheSharedScal
       }
     }
   }
+}
+
+// A stream of the other GPU is refused by name before anything runs: the output keeps its poison.
+TEST(ParallelGpu, MoeLayerRefusesAStreamOfAnotherDevice) {
+  FP4MOE_REQUIRE_TWO_GPUS();
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+  cudaStream_t other = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  MoeProblem p;
+  ASSERT_OK(get_preset("qwen3-30b-a3b", &p));
+  p = scaled_preset(p, 8);
+  p.max_tokens = 4;
+  std::unique_ptr<MoeLayer> layer;
+  ASSERT_OK(MoeLayer::create_dummy(p, testing::test_seed(), {}, &layer));
+  auto rng = make_rng(41);
+  DeviceBuffer<uint16_t> hidden(testing::random_hidden(rng, 4, p.hidden_size));
+  DeviceBuffer<float> logits(testing::random_logits(rng, 4, p.num_experts()));
+  DeviceBuffer<uint16_t> out(size_t(4 * p.hidden_size));  // poisoned (0xFF)
+  DeviceBuffer<char> ws(layer->workspace_bytes());
+  ForwardArgs a;
+  a.hidden = hidden.get();
+  a.router_logits = logits.get();
+  a.num_tokens = 4;
+  a.out = out.get();
+  const Status st = layer->forward(a, ws.get(), ws.size(), other);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.message().find("is a stream of device 1; this runs on device 0"), std::string::npos) << st.message();
+  const Status errors = layer->check_device_errors(ws.get(), other);
+  EXPECT_NE(errors.message().find("is a stream of device 1"), std::string::npos) << errors.message();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (uint16_t v : out.download()) ASSERT_EQ(v, 0xFFFF) << "the refused forward wrote its output";
+  // The layer's own device's stream runs.
+  EXPECT_OK(layer->forward(a, ws.get(), ws.size(), nullptr));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+  ASSERT_EQ(cudaStreamDestroy(other), cudaSuccess);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
 }
 
 }  // namespace

@@ -76,4 +76,22 @@ Status check_device_accessible(const char* what, const char* name, const void* p
   }
 }
 
+Status check_stream_device(const char* name, cudaStream_t stream, int device) {
+  if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) return Status::Ok();
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  FP4MOE_CUDA_RETURN(cudaThreadExchangeStreamCaptureMode(&mode));
+  int stream_device = -1;
+  const cudaError_t err = cudaStreamGetDevice(stream, &stream_device);
+  FP4MOE_CUDA_RETURN(cudaThreadExchangeStreamCaptureMode(&mode));
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // (not sticky)
+    return invalid_argument(name, " = ", static_cast<const void*>(stream), " is not a CUDA stream this process knows (",
+                            cudaGetErrorName(err), ")");
+  }
+  if (stream_device != device)
+    return invalid_argument(name, " = ", static_cast<const void*>(stream), " is a stream of device ", stream_device,
+                            "; this runs on device ", device);
+  return Status::Ok();
+}
+
 }  // namespace fp4moe
