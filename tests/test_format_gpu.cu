@@ -239,14 +239,14 @@ TEST(Nvfp4Gpu, RejectsMisalignedAndBadShapes) {
   if (!pageable) {
     q.cols = 32;
     alignas(16) static float host_x[64];
-    st = quantize_nvfp4_gpu(q, host_x, InputType::kF32, p.get(), s.get(), nullptr);
-    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
-    EXPECT_NE(st.message().find("quantize_nvfp4_gpu: x = "), std::string::npos) << st.message();
+    const Status from_host = quantize_nvfp4_gpu(q, host_x, InputType::kF32, p.get(), s.get(), nullptr);
+    EXPECT_EQ(from_host.code(), StatusCode::kInvalidArgument) << from_host.to_string();
+    EXPECT_NE(from_host.message().find("quantize_nvfp4_gpu: x = "), std::string::npos) << from_host.message();
     std::vector<float> host_out(64);
-    st = dequantize_nvfp4_gpu(2, 32, p.get(), s.get(), ScaleLayout::kLinear, GlobalScale::encode(1.0f),
-                              host_out.data(), nullptr);
-    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
-    EXPECT_NE(st.message().find("out = "), std::string::npos) << st.message();
+    const Status to_host = dequantize_nvfp4_gpu(2, 32, p.get(), s.get(), ScaleLayout::kLinear,
+                                                GlobalScale::encode(1.0f), host_out.data(), nullptr);
+    EXPECT_EQ(to_host.code(), StatusCode::kInvalidArgument) << to_host.to_string();
+    EXPECT_NE(to_host.message().find("out = "), std::string::npos) << to_host.message();
   }
   CUDA_ASSERT(cudaDeviceSynchronize());
 }

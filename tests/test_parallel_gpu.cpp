@@ -654,7 +654,8 @@ TEST(ParallelGpu, W4a4QuantizedDispatchMatchesTheSingleGpuLayerWithTheSharedScal
   }
 }
 
-// A stream of the other GPU is refused by name before anything runs: the output keeps its poison.
+// A stream of the other GPU is refused by name before anything runs (the layer, routing, the codec):
+// the outputs keep their poison.
 TEST(ParallelGpu, MoeLayerRefusesAStreamOfAnotherDevice) {
   FP4MOE_REQUIRE_TWO_GPUS();
   ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
@@ -684,6 +685,26 @@ TEST(ParallelGpu, MoeLayerRefusesAStreamOfAnotherDevice) {
   EXPECT_NE(errors.message().find("is a stream of device 1"), std::string::npos) << errors.message();
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   for (uint16_t v : out.download()) ASSERT_EQ(v, 0xFFFF) << "the refused forward wrote its output";
+  // The same for routing and the codec.
+  DeviceBuffer<int32_t> ids(size_t(4 * p.top_k()));
+  DeviceBuffer<float> weights(size_t(4 * p.top_k()));
+  RoutingArgs r;
+  r.logits = logits.get();
+  r.num_tokens = 4;
+  r.topk_ids = ids.get();
+  r.topk_weights = weights.get();
+  const Status routed = route_gpu(p.routing, r, other);
+  EXPECT_NE(routed.message().find("route_gpu: stream = "), std::string::npos) << routed.message();
+  DeviceBuffer<uint8_t> packed(size_t(4 * p.hidden_size / 2)), scales(size_t(4 * p.hidden_size / 16));
+  Nvfp4QuantizeParams q;
+  q.rows = 4;
+  q.cols = p.hidden_size;
+  q.global_scale = GlobalScale::encode(1.0f);
+  const Status quantized = quantize_nvfp4_gpu(q, hidden.get(), InputType::kBF16, packed.get(), scales.get(), other);
+  EXPECT_NE(quantized.message().find("quantize_nvfp4_gpu: stream = "), std::string::npos) << quantized.message();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (int32_t v : ids.download()) ASSERT_EQ(v, -1) << "the refused routing wrote its ids";
+  for (uint8_t v : packed.download()) ASSERT_EQ(v, 0xFF) << "the refused quantization wrote its codes";
   // The layer's own device's stream runs.
   EXPECT_OK(layer->forward(a, ws.get(), ws.size(), nullptr));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);

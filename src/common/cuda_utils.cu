@@ -76,8 +76,9 @@ Status check_device_accessible(const char* what, const char* name, const void* p
   }
 }
 
-Status check_stream_device(const char* name, cudaStream_t stream, int device) {
+Status check_stream_device(const char* what, const char* name, cudaStream_t stream, int device) {
   if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) return Status::Ok();
+  const char* sep = what[0] ? ": " : "";
   cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
   FP4MOE_CUDA_RETURN(cudaThreadExchangeStreamCaptureMode(&mode));
   int stream_device = -1;
@@ -85,11 +86,13 @@ Status check_stream_device(const char* name, cudaStream_t stream, int device) {
   FP4MOE_CUDA_RETURN(cudaThreadExchangeStreamCaptureMode(&mode));
   if (err != cudaSuccess) {
     cudaGetLastError();  // (not sticky)
-    return invalid_argument(name, " = ", static_cast<const void*>(stream), " is not a CUDA stream this process knows (",
+    return invalid_argument(what, sep, name, " = ", static_cast<const void*>(stream),
+                            " is not a CUDA stream this process knows (",
                             cudaGetErrorName(err), ")");
   }
   if (stream_device != device)
-    return invalid_argument(name, " = ", static_cast<const void*>(stream), " is a stream of device ", stream_device,
+    return invalid_argument(what, sep, name, " = ", static_cast<const void*>(stream), " is a stream of device ",
+                            stream_device,
                             "; this runs on device ", device);
   return Status::Ok();
 }

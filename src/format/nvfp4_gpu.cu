@@ -123,10 +123,13 @@ Status check_aligned(const char* what, const char* arg, const void* p, size_t al
   return Status::Ok();
 }
 
-// Each named pointer must be memory the current device can reach (a fault would end the context).
-Status check_reachable(const char* what, std::initializer_list<std::pair<const char*, const void*>> ptrs) {
+// Each named pointer must be memory the current device can reach (a fault would end the context),
+// and the stream that device's.
+Status check_reachable(const char* what, cudaStream_t stream,
+                       std::initializer_list<std::pair<const char*, const void*>> ptrs) {
   int device = 0;
   FP4MOE_CUDA_RETURN(cudaGetDevice(&device));
+  FP4MOE_RETURN_IF_ERROR(check_stream_device(what, "stream", stream, device));
   for (const auto& [name, ptr] : ptrs) FP4MOE_RETURN_IF_ERROR(check_device_accessible(what, name, ptr, device));
   return Status::Ok();
 }
@@ -141,7 +144,8 @@ Status quantize_nvfp4_gpu(const Nvfp4QuantizeParams& p, const void* x, InputType
   FP4MOE_RETURN_IF_ERROR(check_aligned("quantize_nvfp4_gpu", "x", x, 16));
   FP4MOE_RETURN_IF_ERROR(check_aligned("quantize_nvfp4_gpu", "packed", packed, 8));
   if (p.rows == 0) return Status::Ok();
-  FP4MOE_RETURN_IF_ERROR(check_reachable("quantize_nvfp4_gpu", {{"x", x}, {"packed", packed}, {"scales", scales}}));
+  FP4MOE_RETURN_IF_ERROR(
+      check_reachable("quantize_nvfp4_gpu", stream, {{"x", x}, {"packed", packed}, {"scales", scales}}));
   const bool want_encode = p.recipe == Nvfp4Recipe::kKernel;
   const bool have_encode = p.global_scale.convention == GlobalScaleConvention::kEncode;
   const float scale = want_encode == have_encode ? p.global_scale.value : 1.0f / p.global_scale.value;
@@ -163,7 +167,7 @@ Status dequantize_nvfp4_gpu(int64_t rows, int64_t cols, const uint8_t* packed, c
   FP4MOE_RETURN_IF_ERROR(check_aligned("dequantize_nvfp4_gpu", "out", out, 16));
   if (rows == 0) return Status::Ok();
   FP4MOE_RETURN_IF_ERROR(
-      check_reachable("dequantize_nvfp4_gpu", {{"packed", packed}, {"scales", scales}, {"out", out}}));
+      check_reachable("dequantize_nvfp4_gpu", stream, {{"packed", packed}, {"scales", scales}, {"out", out}}));
   const int64_t n = rows * (cols / kNvfp4BlockSize);
   dequantize_nvfp4_kernel<<<grid_for(n), kThreads, 0, stream>>>(rows, cols, packed, scales, layout, g, out);
   FP4MOE_CUDA_LAUNCH_CHECK(dequantize_nvfp4_kernel);
@@ -176,7 +180,8 @@ Status quantize_mxfp4_gpu(int64_t rows, int64_t cols, const void* x, InputType x
   FP4MOE_RETURN_IF_ERROR(check_aligned("quantize_mxfp4_gpu", "x", x, 16));
   FP4MOE_RETURN_IF_ERROR(check_aligned("quantize_mxfp4_gpu", "packed", packed, 16));
   if (rows == 0) return Status::Ok();
-  FP4MOE_RETURN_IF_ERROR(check_reachable("quantize_mxfp4_gpu", {{"x", x}, {"packed", packed}, {"scales", scales}}));
+  FP4MOE_RETURN_IF_ERROR(
+      check_reachable("quantize_mxfp4_gpu", stream, {{"x", x}, {"packed", packed}, {"scales", scales}}));
   const int64_t n = rows * (cols / kMxfp4BlockSize);
   quantize_mxfp4_kernel<<<grid_for(n), kThreads, 0, stream>>>(rows, cols, x, x_type, packed, scales);
   FP4MOE_CUDA_LAUNCH_CHECK(quantize_mxfp4_kernel);
@@ -189,7 +194,7 @@ Status dequantize_mxfp4_gpu(int64_t rows, int64_t cols, const uint8_t* packed, c
   if (rows == 0) return Status::Ok();
   FP4MOE_RETURN_IF_ERROR(check_aligned("dequantize_mxfp4_gpu", "out", out, 4));  // (float stores)
   FP4MOE_RETURN_IF_ERROR(
-      check_reachable("dequantize_mxfp4_gpu", {{"packed", packed}, {"scales", scales}, {"out", out}}));
+      check_reachable("dequantize_mxfp4_gpu", stream, {{"packed", packed}, {"scales", scales}, {"out", out}}));
   dequantize_mxfp4_kernel<<<grid_for(rows * cols / 2), kThreads, 0, stream>>>(rows, cols, packed, scales, out);
   FP4MOE_CUDA_LAUNCH_CHECK(dequantize_mxfp4_kernel);
   return Status::Ok();
@@ -201,7 +206,7 @@ Status swizzle_scales_gpu(int64_t rows, int64_t num_sf, const uint8_t* linear, u
   if (!linear || !swizzled) return invalid_argument("swizzle_scales_gpu: null pointer argument");
   const int64_t n = int64_t(scale_bytes(ScaleLayout::kSwizzled128x4, rows, num_sf));
   if (n == 0) return Status::Ok();
-  FP4MOE_RETURN_IF_ERROR(check_reachable("swizzle_scales_gpu", {{"linear", linear}, {"swizzled", swizzled}}));
+  FP4MOE_RETURN_IF_ERROR(check_reachable("swizzle_scales_gpu", stream, {{"linear", linear}, {"swizzled", swizzled}}));
   swizzle_kernel<<<grid_for(n), kThreads, 0, stream>>>(rows, num_sf, linear, swizzled, true);
   FP4MOE_CUDA_LAUNCH_CHECK(swizzle_kernel);
   return Status::Ok();
@@ -213,7 +218,7 @@ Status unswizzle_scales_gpu(int64_t rows, int64_t num_sf, const uint8_t* swizzle
   if (!linear || !swizzled) return invalid_argument("unswizzle_scales_gpu: null pointer argument");
   const int64_t n = int64_t(scale_bytes(ScaleLayout::kSwizzled128x4, rows, num_sf));
   if (n == 0) return Status::Ok();
-  FP4MOE_RETURN_IF_ERROR(check_reachable("unswizzle_scales_gpu", {{"swizzled", swizzled}, {"linear", linear}}));
+  FP4MOE_RETURN_IF_ERROR(check_reachable("unswizzle_scales_gpu", stream, {{"swizzled", swizzled}, {"linear", linear}}));
   swizzle_kernel<<<grid_for(n), kThreads, 0, stream>>>(rows, num_sf, swizzled, linear, false);
   FP4MOE_CUDA_LAUNCH_CHECK(swizzle_kernel);
   return Status::Ok();

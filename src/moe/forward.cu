@@ -383,7 +383,7 @@ Status MoeLayer::forward(const ForwardArgs& a, void* workspace, size_t workspace
   FP4MOE_CUDA_RETURN(cudaGetDevice(&dev));
   if (dev != m.device)
     return invalid_argument("current device ", dev, " is not device ", m.device, " the layer was created on");
-  FP4MOE_RETURN_IF_ERROR(check_stream_device("stream", stream, m.device));
+  FP4MOE_RETURN_IF_ERROR(check_stream_device("", "stream", stream, m.device));
   WorkspacePtrs ws = WorkspacePtrs::from(workspace, m.ws_layout);
   const int64_t T = a.num_tokens;
   const int K = p.top_k();
@@ -493,7 +493,7 @@ Status MoeLayer::forward(const ForwardArgs& a, void* workspace, size_t workspace
 
 Status MoeLayer::check_device_errors(const void* workspace, cudaStream_t stream) const {
   FP4MOE_RETURN_IF_ERROR(check_ptr("workspace", workspace, 256));
-  FP4MOE_RETURN_IF_ERROR(check_stream_device("stream", stream, impl_->device));
+  FP4MOE_RETURN_IF_ERROR(check_stream_device("check_device_errors", "stream", stream, impl_->device));
   int32_t bad = 0;
   const char* base = static_cast<const char*>(workspace);
   FP4MOE_CUDA_RETURN(cudaMemcpyAsync(&bad, base + impl_->ws_layout.counts + 4 * impl_->shard.num_local_experts, 4,

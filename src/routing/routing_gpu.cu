@@ -331,6 +331,7 @@ Status route_gpu(const RoutingConfig& config, const RoutingArgs& args, cudaStrea
                                   {"correction_bias", args.correction_bias}, {"topk_ids", args.topk_ids},
                                   {"topk_weights", args.topk_weights}})
     FP4MOE_RETURN_IF_ERROR(check_device_accessible("route_gpu", name, ptr, device));
+  FP4MOE_RETURN_IF_ERROR(check_stream_device("route_gpu", "stream", stream, device));
   return route_gpu_in_forward(config, args, stream, false, nullptr);
 }
 
