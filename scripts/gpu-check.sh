@@ -147,7 +147,7 @@ except fp4moe.InvalidArgumentError as e:
     # the 2-GPU ParallelMoE tests (they skip themselves with fewer GPUs; run only where they can run)
     [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ] && pytests="$pytests test_parallel_gpu.py"
     for t in $pytests; do
-      (cd /tmp && timeout 300 python3 -X faulthandler -m pytest "$root/tests/python/$t" -q -rs 2>&1 | grep -vE "^  File .*(_pytest|pluggy)" | tail -40; exit ${PIPESTATUS[0]})
+      (cd /tmp && timeout 300 python3 -X faulthandler -m pytest "$root/tests/python/$t" -q -rfEs 2>&1 | grep -vE "^  File .*(_pytest|pluggy)|^DEBUG " | tail -40; exit ${PIPESTATUS[0]})
       echo "=== pytest $t exit $?"
     done
     timeout 120 python3 examples/replace_moe_block.py --compile 2>&1 | tail -10

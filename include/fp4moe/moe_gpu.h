@@ -136,7 +136,8 @@ class MoeLayer {
   // a CUDA graph is being captured). fp4moe-bench's JSON gives this call's host time (`validate_us`).
   Status validate(const ForwardArgs& args, const void* workspace, size_t workspace_bytes) const;
   // Runs validate(), then the layer on `stream`: a stream of the layer's device (null: the legacy
-  // default stream). A stream of another device is refused by name before anything is launched.
+  // default stream). A stream of another device is refused by name before anything is launched
+  // (not while the stream is being captured: CUDA cannot say a capturing stream's device).
   Status forward(const ForwardArgs& args, void* workspace, size_t workspace_bytes, cudaStream_t stream) const;
   // Which kernels forward() runs for num_tokens tokens.
   KernelInfo kernel_info(int64_t num_tokens) const;

@@ -66,7 +66,8 @@ Status route_cpu(const RoutingConfig& config, const RoutingArgs& args);
 
 #if FP4MOE_HAS_CUDA || defined(__CUDACC__)
 // Device: pointers in RoutingArgs are device pointers; asynchronous on `stream`, no host sync. A
-// buffer the current device cannot dereference, or a stream of another device, is refused by name.
+// buffer the current device cannot dereference, or a stream of another device (not being captured),
+// is refused by name.
 Status route_gpu(const RoutingConfig& config, const RoutingArgs& args, cudaStream_t stream);
 #endif
 

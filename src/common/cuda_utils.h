@@ -32,9 +32,11 @@ Status check_device_accessible(const char* what, const char* name, const void* p
 
 // Refuses, by name, a stream of another device than `device` (a launch into it would fail with an
 // opaque "invalid resource handle", or a copy would run on the wrong device), and a handle CUDA does
-// not know as a stream (where CUDA can tell: a destroyed stream, say). `what` prefixes the message. Null (the legacy default
-// stream), cudaStreamLegacy and cudaStreamPerThread always pass: they are the current device's.
-// One driver query (cudaStreamGetDevice), legal during a stream capture, as above.
+// not know as a stream (where CUDA can tell: a destroyed stream, say); `what` prefixes the message.
+// Null (the legacy default stream), cudaStreamLegacy and cudaStreamPerThread always pass: they are
+// the current device's.
+// One or two driver queries (cudaStreamIsCapturing, then cudaStreamGetDevice): a stream being
+// captured is not checked (querying its device would end the capture).
 Status check_stream_device(const char* what, const char* name, cudaStream_t stream, int device);
 
 }  // namespace fp4moe
