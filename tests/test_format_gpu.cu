@@ -215,6 +215,32 @@ TEST(ScaleLayoutGpu, SwizzleMatchesHost) {
   }
 }
 
+// A launch check takes the pending error (it does not only peek at it): an error surfaces once, and
+// the next call runs. Here the pending error is a refused cudaSetDevice's (the runtime keeps a
+// thread's last error until it is taken), which the next launch check reports; the call after it
+// must succeed and be right.
+TEST(ScaleLayoutGpu, AnErrorIsReportedOnceThenCallsRun) {
+  FP4MOE_REQUIRE_GPU();
+  std::vector<uint8_t> lin(129 * 7);
+  auto rng = make_rng(15);
+  for (auto& b : lin) b = uint8_t(rng());
+  std::vector<uint8_t> hs(scale_bytes(ScaleLayout::kSwizzled128x4, 129, 7));
+  ASSERT_OK(swizzle_scales_cpu(129, 7, lin.data(), hs.data()));
+  DeviceBuffer<uint8_t> dl(lin), ds(hs.size());
+  int count = 0;
+  CUDA_ASSERT(cudaGetDeviceCount(&count));
+  ASSERT_NE(cudaSetDevice(count + 7), cudaSuccess);
+  ASSERT_EQ(cudaPeekAtLastError(), cudaErrorInvalidDevice) << "the test needs a pending error";
+  const Status first = swizzle_scales_gpu(129, 7, dl.get(), ds.get(), nullptr);
+  EXPECT_EQ(first.code(), StatusCode::kCudaError) << first.to_string();
+  EXPECT_NE(first.message().find("cudaErrorInvalidDevice"), std::string::npos) << first.message();
+  EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess) << "the launch check left the error pending";
+  ds.poison();
+  ASSERT_OK(swizzle_scales_gpu(129, 7, dl.get(), ds.get(), nullptr));
+  CUDA_ASSERT(cudaDeviceSynchronize());
+  EXPECT_EQ(ds.download(), hs);
+}
+
 TEST(Nvfp4Gpu, RejectsMisalignedAndBadShapes) {
   FP4MOE_REQUIRE_GPU();
   DeviceBuffer<float> x(64);

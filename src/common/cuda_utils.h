@@ -48,5 +48,12 @@ Status check_stream_device(const char* what, const char* name, cudaStream_t stre
       return ::fp4moe::cuda_status(fp4moe_err_, #expr, __FILE__, __LINE__);          \
   } while (0)
 
-// After a kernel launch: launch-configuration errors surface here, not at the next sync.
-#define FP4MOE_CUDA_LAUNCH_CHECK(kernel_name) FP4MOE_CUDA_RETURN(cudaPeekAtLastError())
+// After a <<<>>> launch: launch-configuration errors surface here, not at the next sync. The error
+// is taken (cudaGetLastError), not peeked at: a failure is reported once, so the caller's next call
+// does not fail again on it.
+#define FP4MOE_CUDA_LAUNCH_CHECK(kernel_name)                                                      \
+  do {                                                                                             \
+    cudaError_t fp4moe_err_ = cudaGetLastError();                                                  \
+    if (fp4moe_err_ != cudaSuccess)                                                                \
+      return ::fp4moe::cuda_status(fp4moe_err_, "the launch of " #kernel_name, __FILE__, __LINE__); \
+  } while (0)

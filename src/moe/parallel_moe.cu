@@ -195,7 +195,7 @@ class GpuLayerBackend final : public ExpertBackend {
     FP4MOE_RETURN_IF_ERROR(upload_index(host_index, n));
     gather_rows_kernel<<<unsigned(n), kRowThreads, 0, stream_>>>(static_cast<const uint32_t*>(src), index_,
                                                                 int64_t(row_bytes / 4), static_cast<uint32_t*>(dst));
-    FP4MOE_CUDA_LAUNCH_CHECK("gather_rows_kernel");
+    FP4MOE_CUDA_LAUNCH_CHECK(gather_rows_kernel);
     return Status::Ok();
   }
   Status scatter_add_rows(const void* src, const int32_t* host_index, int64_t n, void* acc) override {
@@ -203,7 +203,7 @@ class GpuLayerBackend final : public ExpertBackend {
     FP4MOE_RETURN_IF_ERROR(upload_index(host_index, n));
     scatter_add_bf16_kernel<<<unsigned(n), kRowThreads, 0, stream_>>>(static_cast<const uint16_t*>(src), index_,
                                                                      problem_.hidden_size, static_cast<uint16_t*>(acc));
-    FP4MOE_CUDA_LAUNCH_CHECK("scatter_add_bf16_kernel");
+    FP4MOE_CUDA_LAUNCH_CHECK(scatter_add_bf16_kernel);
     return Status::Ok();
   }
   Status zero(void* dst, size_t bytes) override {
@@ -239,7 +239,7 @@ class GpuLayerBackend final : public ExpertBackend {
     if (!hidden || !dst) return invalid_argument("quantize_rows_nvfp4: hidden or dst is null with n = ", n);
     quantize_rows_nvfp4_kernel<<<unsigned(n), kRowThreads, 0, stream_>>>(
         hidden, row_weights, problem_.hidden_size, gs, static_cast<uint8_t*>(dst), int64_t(dst_pitch));
-    FP4MOE_CUDA_LAUNCH_CHECK("quantize_rows_nvfp4_kernel");
+    FP4MOE_CUDA_LAUNCH_CHECK(quantize_rows_nvfp4_kernel);
     return Status::Ok();
   }
   Status dequantize_rows_nvfp4(const void* src, size_t src_pitch, int64_t n, uint16_t* dst) override {
@@ -248,7 +248,7 @@ class GpuLayerBackend final : public ExpertBackend {
     if (!src || !dst) return invalid_argument("dequantize_rows_nvfp4: src or dst is null with n = ", n);
     dequantize_rows_nvfp4_kernel<<<unsigned(n), kRowThreads, 0, stream_>>>(
         static_cast<const uint8_t*>(src), int64_t(src_pitch), problem_.hidden_size, dst);
-    FP4MOE_CUDA_LAUNCH_CHECK("dequantize_rows_nvfp4_kernel");
+    FP4MOE_CUDA_LAUNCH_CHECK(dequantize_rows_nvfp4_kernel);
     return Status::Ok();
   }
 
