@@ -366,6 +366,35 @@ TEST(MoeGpu, CreateRefusesWeightsInDeviceMemoryNamingThem) {
   }
 }
 
+// A CUDA call that fails inside the library is reported once: the error it left pending in the
+// thread is taken with it, so the next call runs (a later launch check would otherwise report it
+// again, under another kernel's name). The failure: DeepSeek-R1 with I = 131072, whose dummy weights
+// (about 405 GB) no GPU holds.
+TEST(MoeGpu, AFailedAllocationIsReportedOnceThenCallsRun) {
+  FP4MOE_REQUIRE_GPU();
+  MoeProblem big;
+  ASSERT_OK(get_preset("deepseek-r1", &big));
+  big.intermediate_size = 131072;
+  big.max_tokens = 1;
+  std::unique_ptr<MoeLayer> none;
+  const Status failed = MoeLayer::create_dummy(big, 1, {}, &none);
+  ASSERT_EQ(failed.code(), StatusCode::kCudaError) << failed.to_string();
+  EXPECT_NE(failed.message().find("cudaErrorMemoryAllocation"), std::string::npos) << failed.message();
+  EXPECT_EQ(none, nullptr);
+  EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess) << "the failed call left its error pending";
+  MoeProblem p;
+  small_deepseek(Mode::kW4A16, 8, &p);
+  const uint64_t seed = testing::test_seed() + 61;
+  std::unique_ptr<MoeLayer> layer;
+  FP4MOE_ASSERT_CREATED(MoeLayer::create_dummy(p, seed, {}, &layer));
+  auto rng = make_rng(seed);
+  const auto hidden = testing::random_hidden(rng, 5, p.hidden_size);
+  const auto logits = testing::random_logits(rng, 5, p.num_experts());
+  GpuRun run;
+  run_forward(*layer, hidden, logits, 5, &run);
+  expect_matches_reference(p, make_random_weights(p, seed), {}, hidden, run, 5, "after a failed create");
+}
+
 // Block scales that are not positive normal numbers are folded into the codes at repack
 // (layout::repack_scale): NVFP4 zero and negative-zero scales, negative scales, e4m3 subnormals and
 // NaN; MXFP4 the extremes of the accepted e8m0 range. Uploaded through MoeLayer::create, both paths

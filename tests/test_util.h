@@ -43,7 +43,7 @@ inline uint64_t test_seed() {
       char* end = nullptr;
       errno = 0;
       s = std::strtoull(env, &end, 10);
-      if (errno != 0 || *end != '\0' || *env == '-') {
+      if (errno != 0 || *end != '\0' || *env < '0' || *env > '9') {
         std::fprintf(stderr, "FP4MOE_TEST_SEED = '%s' is not a decimal integer in [0, 2^64)\n", env);
         std::exit(2);
       }

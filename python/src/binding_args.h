@@ -71,8 +71,10 @@ inline void raise_status(const Status& s) {
 
 #if FP4MOE_HAS_CUDA
 inline void check_cuda(cudaError_t e, const char* expr) {
-  if (e != cudaSuccess)
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // taken, so that the library's next launch check does not report it again
     throw StatusError(Status(StatusCode::kCudaError, detail::concat(expr, ": ", cudaGetErrorString(e))));
+  }
 }
 #define FP4MOE_PY_CUDA(expr) check_cuda((expr), #expr)
 

@@ -37,6 +37,9 @@
 #include "reference/sharding.h"
 #include "fp4moe/parallel.h"
 #include "src/comm/local_comm.h"
+#if FP4MOE_HAS_CUDA
+#include "src/common/cuda_utils.h"
+#endif
 #include "src/moe/parallel_moe.h"
 
 #if FP4MOE_HAS_CUDA
@@ -1447,6 +1450,7 @@ class ParallelGpuLayer {
     a.padded_tokens = padded_tokens.value_or(-1);
     DeviceGuard guard(place_.device_id);
     const cudaStream_t caller = as_stream(stream);
+    check(check_stream_device("ParallelMoE.forward", "stream", caller, place_.device_id));
     FP4MOE_PY_CUDA(cudaEventRecord(before_, caller));
     FP4MOE_PY_CUDA(cudaStreamWaitEvent(stream_, before_, 0));
     Status s;
@@ -1470,6 +1474,7 @@ class ParallelGpuLayer {
 #if FP4MOE_PY_HAS_NCCL
     DeviceGuard guard(place_.device_id);
     const cudaStream_t caller = as_stream(stream);
+    check(check_stream_device("ParallelMoE.synchronize", "stream", caller, place_.device_id));
     if (caller != stream_) {
       FP4MOE_PY_CUDA(cudaEventRecord(before_, caller));
       FP4MOE_PY_CUDA(cudaStreamWaitEvent(stream_, before_, 0));

@@ -7,6 +7,9 @@
 namespace fp4moe {
 
 Status cuda_status(cudaError_t err, const char* expr, const char* file, int line) {
+  // The failed call also left its error pending in the thread: take it, so that it is reported
+  // once, here, and not again by the next launch check (a sticky error keeps coming back anyway).
+  cudaGetLastError();
   return Status(StatusCode::kCudaError, detail::concat(expr, " failed: ", cudaGetErrorName(err), " (",
                                                        cudaGetErrorString(err), ") at ", file, ":", line));
 }

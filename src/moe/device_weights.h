@@ -19,7 +19,8 @@ struct DeviceWeights {
   bool mxfp4 = false;
   uint8_t* w13 = nullptr;
   uint8_t* w2 = nullptr;
-  float* alpha1 = nullptr;     // [E_local] GEMM1 epilogue scale: s2 * 2^7 (/ gs_a1 in w4a4)
+  float* alpha1 = nullptr;     // [E_local] GEMM1 epilogue scale: s2 * 2^7 (/ gs_a1 in w4a4); its
+                               // allocation holds 2 * E_local floats, a1_gs in the second half
   float* alpha2 = nullptr;     // [E_local]
   float* a1_gs = nullptr;      // [E_local] w4a4: encode-convention global scale of the GEMM1 input;
                                // alpha1 + E_local (one buffer with alpha1, no allocation of its own)

@@ -493,6 +493,11 @@ Status MoeLayer::forward(const ForwardArgs& a, void* workspace, size_t workspace
 
 Status MoeLayer::check_device_errors(const void* workspace, cudaStream_t stream) const {
   FP4MOE_RETURN_IF_ERROR(check_ptr("workspace", workspace, 256));
+  int dev = 0;
+  FP4MOE_CUDA_RETURN(cudaGetDevice(&dev));
+  if (dev != impl_->device)
+    return invalid_argument("check_device_errors: current device ", dev, " is not device ", impl_->device,
+                            " the layer was created on");
   FP4MOE_RETURN_IF_ERROR(check_stream_device("check_device_errors", "stream", stream, impl_->device));
   int32_t bad = 0;
   const char* base = static_cast<const char*>(workspace);

@@ -97,6 +97,7 @@ class GpuLayerBackend final : public ExpertBackend {
     b->spec_ = {layout.moe_ep_rank, layout.moe_ep_size, layout.moe_tp_rank, layout.moe_tp_size};
     b->stream_ = stream;
     FP4MOE_CUDA_RETURN(cudaGetDevice(&b->device_));
+    FP4MOE_RETURN_IF_ERROR(check_stream_device("the GPU expert backend", "stream", stream, b->device_));
     MoeProblem sized = problem;
     sized.max_tokens = std::max<int64_t>(1, max_expert_tokens(config, strategy, problem.max_tokens));
     LayerOptions lo;
