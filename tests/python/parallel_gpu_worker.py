@@ -50,6 +50,12 @@ import traceback
 import fp4moe
 import numpy as np
 
+# Every rank must draw the same inputs: the test passes its run's FP4MOE_TEST_SEED to both workers;
+# started by hand (torchrun) without it, the ranks agree on seed 0 rather than each drawing its own.
+if not os.environ.get("FP4MOE_TEST_SEED", "").strip():
+    os.environ["FP4MOE_TEST_SEED"] = "0"
+import seeding  # noqa: E402  (beside this script)
+
 #: Seed of the dummy weights of every layer (parallel and single-GPU).
 SEED = 1234
 #: Deadline (seconds) of every collective wait of a ParallelMoE, its set-up included: a peer that
@@ -331,9 +337,10 @@ class Rank:
 
     def inputs(self, p, case: dict, group: int, num_tokens: int, variant: int = 0) -> dict:
         """Forward keyword arguments for DP group `group`'s tokens of `case`: a function of (case, group,
-        variant) only, generated on the CPU, so every rank of a DP group gets the same tensors."""
+        variant) and the run's seed only, generated on the CPU, so every rank of a DP group gets the same
+        tensors."""
         torch = self.torch
-        g = torch.Generator().manual_seed(1_000_003 * (case["index"] + 1) + 1009 * group + 17 * variant)
+        g = torch.Generator().manual_seed(seeding.seed(1_000_003 * (case["index"] + 1) + 1009 * group + 17 * variant))
         x = torch.randn(num_tokens, p.hidden_size, generator=g).to(torch.bfloat16).to(self.device)
         logits = (2 * torch.randn(num_tokens, p.num_experts, generator=g)).to(self.device)
         routing = case["routing"]

@@ -43,6 +43,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="PyTorch is not installed: the 2-GPU ParallelMoE test needs it")
 
 import fp4moe
+import seeding
 
 
 def _skip_reason():
@@ -116,6 +117,8 @@ def worker_env(rank: int, port: int) -> dict:
         MASTER_PORT=str(port),
         NCCL_NVLS_ENABLE="0",
         PYTHONUNBUFFERED="1",
+        # This run's seed, so that both workers draw the same fresh inputs (seeding.py).
+        FP4MOE_TEST_SEED=str(seeding.BASE_SEED),
     )
     return env
 
