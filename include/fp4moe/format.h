@@ -100,8 +100,8 @@ Status unswizzle_scales_cpu(int64_t rows, int64_t num_scale_cols, const uint8_t*
 
 #if FP4MOE_HAS_CUDA || defined(__CUDACC__)
 // ---- Device codec: same contracts, device pointers, asynchronous on `stream`. -------------------
-// A call with work to do (a non-empty input) first refuses, by name, a buffer the current device cannot
-// dereference and a stream of another device (the stream only when it is not being captured).
+// A call with work to do (a non-empty input) first refuses, by name, a buffer the current device
+// cannot dereference and a stream of another device (the stream only when it is not being captured).
 Status quantize_nvfp4_gpu(const Nvfp4QuantizeParams& params, const void* x, InputType x_type,
                           uint8_t* packed, uint8_t* scales, cudaStream_t stream);
 Status dequantize_nvfp4_gpu(int64_t rows, int64_t cols, const uint8_t* packed, const uint8_t* scales,

@@ -101,13 +101,11 @@ Status check_stream_device(const char* what, const char* name, cudaStream_t stre
   if (err != cudaSuccess) {
     cudaGetLastError();  // (not sticky)
     return invalid_argument(what, sep, name, " = ", static_cast<const void*>(stream),
-                            " is not a CUDA stream this process knows (",
-                            cudaGetErrorName(err), ")");
+                            " is not a CUDA stream this process knows (", cudaGetErrorName(err), ")");
   }
   if (stream_device != device)
     return invalid_argument(what, sep, name, " = ", static_cast<const void*>(stream), " is a stream of device ",
-                            stream_device,
-                            "; this runs on device ", device);
+                            stream_device, "; this runs on device ", device);
   return Status::Ok();
 }
 
