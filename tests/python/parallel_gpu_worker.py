@@ -52,7 +52,7 @@ import numpy as np
 
 # Every rank must draw the same inputs: the test passes its run's FP4MOE_TEST_SEED to both workers;
 # started by hand (torchrun) without it, the ranks agree on seed 0 rather than each drawing its own.
-if not os.environ.get("FP4MOE_TEST_SEED", "").strip():
+if not os.environ.get("FP4MOE_TEST_SEED", ""):
     os.environ["FP4MOE_TEST_SEED"] = "0"
 import seeding  # noqa: E402  (beside this script)
 

@@ -9,13 +9,10 @@ _MASK = (1 << 63) - 1  # torch.Generator.manual_seed and NumPy take any 63-bit v
 
 
 def _base_seed():
-    text = os.environ.get("FP4MOE_TEST_SEED", "").strip()
+    text = os.environ.get("FP4MOE_TEST_SEED", "")
     if not text:
         return secrets.randbits(64)
-    try:
-        value = int(text, 10)
-    except ValueError:
-        value = -1
+    value = int(text) if text.isascii() and text.isdigit() else -1  # (digits only, as the C++ tests take it)
     if not 0 <= value < 1 << 64:
         raise RuntimeError(f"FP4MOE_TEST_SEED = {text!r} is not a decimal integer in [0, 2**64)")
     return value
