@@ -8,7 +8,8 @@
 #   bench       fp4moe-bench per preset in "$@" (default deepseek-r1), args FP4MOE_BENCH_ARGS
 #   peers       bench/peers_torch.py on the same presets and tokens, then bench/compare.py
 #   python      builds the wheel there (pip, carried build deps), pytest tests/python (the 2-GPU
-#               ParallelMoE tests where there are 2 GPUs), the example
+#               ParallelMoE tests where there are 2 GPUs), the example; FP4MOE_PYTEST_K (a pytest -k
+#               expression) runs only the matching tests of test_gpu.py, without the example
 #   checkpoint  generated checkpoints through fp4moe-check and fp4moe-bench --checkpoint
 #   large       fp4moe-bench --check at token counts whose buffers pass 2^31 elements (64-bit
 #               offsets in every kernel; ~4 minutes, ~60 GB of GPU memory at Llama-4-Maverick)
@@ -146,12 +147,16 @@ except fp4moe.InvalidArgumentError as e:
     pytests="test_gpu.py test_cpu.py"
     # the 2-GPU ParallelMoE tests (they skip themselves with fewer GPUs; run only where they can run)
     [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ] && pytests="$pytests test_parallel_gpu.py"
+    only=()
+    if [ -n "${FP4MOE_PYTEST_K:-}" ]; then pytests="test_gpu.py"; only=(-k "$FP4MOE_PYTEST_K"); fi
     for t in $pytests; do
-      (cd /tmp && timeout 300 python3 -X faulthandler -m pytest "$root/tests/python/$t" -q -rfEs 2>&1 | grep -vE "^  File .*(_pytest|pluggy)|^DEBUG " | tail -40; exit ${PIPESTATUS[0]})
-      echo "=== pytest $t exit $?"
+      (cd /tmp && timeout 300 python3 -X faulthandler -m pytest "$root/tests/python/$t" -q -rfEs "${only[@]}" 2>&1 | grep -vE "^  File .*(_pytest|pluggy)|^DEBUG " | tail -40; exit ${PIPESTATUS[0]})
+      echo "=== pytest $t${FP4MOE_PYTEST_K:+ -k $FP4MOE_PYTEST_K} exit $?"
     done
-    timeout 120 python3 examples/replace_moe_block.py --compile 2>&1 | tail -10
-    echo "=== example exit ${PIPESTATUS[0]}"
+    if [ -z "${FP4MOE_PYTEST_K:-}" ]; then
+      timeout 120 python3 examples/replace_moe_block.py --compile 2>&1 | tail -10
+      echo "=== example exit ${PIPESTATUS[0]}"
+    fi
   } >> "$out/python.log" 2>&1
   grep -E "^=== |passed|failed" "$out/python.log"
 fi

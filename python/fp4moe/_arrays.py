@@ -165,7 +165,9 @@ def stream_handle(stream, place: Place) -> int:
 
     Explicit: an int, or an object with ``cuda_stream`` (torch.cuda.Stream) or ``ptr`` (CuPy).
     Default for device arrays: PyTorch's current stream on that device when torch is imported, else
-    0, the legacy default stream. Host calls ignore it.
+    0, the legacy default stream. Host calls ignore it. A stream object that says its device (torch's
+    ``device``, CuPy's ``device_id``) must be the arrays' device; that is checked here, so it also
+    holds while the stream is being captured, when the C++ check cannot ask CUDA.
     """
     if not place.cuda:
         return 0
@@ -175,12 +177,28 @@ def stream_handle(stream, place: Place) -> int:
         return 0
     for attr in ("cuda_stream", "ptr"):
         if hasattr(stream, attr):
+            device = _stream_device(stream)
+            if device is not None and device != place.index:
+                raise _ext.InvalidArgumentError(
+                    f"stream = {stream!r} is a stream of cuda:{device}; the arrays are on cuda:{place.index}"
+                )
             return int(getattr(stream, attr))
     if isinstance(stream, int) and not isinstance(stream, bool) and stream >= 0:
         return stream
     raise _ext.InvalidArgumentError(
         f"stream = {stream!r} is not a CUDA stream handle (an int >= 0, a torch.cuda.Stream or a cupy Stream)"
     )
+
+
+def _stream_device(stream):
+    """The CUDA device index a stream object says it belongs to, or None where it does not say."""
+    device = getattr(stream, "device", None)
+    if device is not None and getattr(device, "type", None) == "cuda" and getattr(device, "index", None) is not None:
+        return int(device.index)
+    device_id = getattr(stream, "device_id", None)
+    if isinstance(device_id, int) and not isinstance(device_id, bool):
+        return device_id
+    return None
 
 
 def host_float32(x, name: str) -> np.ndarray:

@@ -892,3 +892,35 @@ def test_checkpoint_paths_may_be_path_like(tmp_path):
     want = fp4moe.MoE(p, weights)(x, logits)
     assert np.linalg.norm(want) > 0
     np.testing.assert_array_equal(fp4moe.MoE.from_checkpoint(tmp_path, 0, device="cpu")(x, logits), want)
+
+
+def test_stream_objects_of_another_device_are_refused():
+    """stream_handle's device check on stream objects (the GPU test passes one to a forward): a
+    torch-style `device` or a CuPy-style `device_id` other than the arrays' device is refused by
+    name; the arrays' own device, or an object that names none, gives its handle."""
+    from fp4moe import _arrays
+
+    class Stream:
+        def __init__(self, **attrs):
+            self.cuda_stream = 4242
+            for k, v in attrs.items():
+                setattr(self, k, v)
+
+        def __repr__(self):
+            return "<stream>"
+
+    class Device:
+        type = "cuda"
+
+        def __init__(self, index):
+            self.index = index
+
+    on_0 = _arrays.Place(True, 0)
+    for other in (Stream(device=Device(3)), Stream(device_id=3)):
+        message = r"stream = <stream> is a stream of cuda:3; the arrays are on cuda:0"
+        with pytest.raises(fp4moe.InvalidArgumentError, match=message):
+            _arrays.stream_handle(other, on_0)
+    for same in (Stream(device=Device(0)), Stream(device_id=0), Stream(), Stream(device_id=True)):
+        assert _arrays.stream_handle(same, on_0) == 4242
+    # Host calls take no stream: nothing is checked.
+    assert _arrays.stream_handle(Stream(device_id=3), _arrays.Place(False)) == 0

@@ -355,6 +355,20 @@ def test_cuda_graph_capture():
         assert torch.linalg.norm(y.float()) > 0
 
 
+class _OtherGpuStream:
+    """A stream object whose handle is this GPU's current stream but which says another device."""
+
+    def __init__(self, device=None, device_id=None):
+        self.cuda_stream = torch.cuda.current_stream().cuda_stream
+        if device is not None:
+            self.device = device
+        if device_id is not None:
+            self.device_id = device_id
+
+    def __repr__(self):
+        return "<other GPU's stream>"
+
+
 _ALLOCATOR_SCRIPT = r'''
 import hashlib, sys, torch, fp4moe
 p = fp4moe.preset("qwen3-30b-a3b").scaled(8)
@@ -518,6 +532,16 @@ def test_gpu_errors():
         (lambda: fp4moe.MoE.dummy(p, 1, device="cuda", path="warp"), "kernel path = 'warp' is not one of"),
         (lambda: fp4moe.MoE.dummy(p, 1, device=f"cuda:{torch.cuda.device_count()}"), "is not a visible CUDA device"),
         (lambda: fp4moe.quantize_nvfp4(x, 1.0, "encode", stream="s"), "stream = 's' is not a CUDA stream handle"),
+        # A stream object of another GPU (a stand-in: the handle is this GPU's, the object says
+        # another device, as a torch or CuPy stream of that GPU would) is refused by name.
+        (
+            lambda: moe.forward(xb, logits, out=torch.empty_like(xb), stream=_OtherGpuStream(torch.device("cuda", 7))),
+            r"is a stream of cuda:7; the arrays are on cuda:0",
+        ),
+        (
+            lambda: fp4moe.quantize_nvfp4(x, 1.0, "encode", stream=_OtherGpuStream(device_id=5)),
+            r"is a stream of cuda:5; the arrays are on cuda:0",
+        ),
     ]
     for call, message in cases:
         with pytest.raises(fp4moe.InvalidArgumentError, match=message):
