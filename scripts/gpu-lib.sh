@@ -14,6 +14,7 @@
 #   gpu_variants 2 "deepseek-r1:8,2048 qwen3-30b-a3b:8" bin bound3 pf8  # builds in turn, each vs the first
 #   gpu_trace deepseek-r1:32,128               # gpubin/trace/fp4moe-bench (FP4MOE_STAGE_TRACE=1)
 #   gpu_sanitize memcheck 200; gpu_sanitize racecheck 200
+#   gpu_python                                 # the Python package built there, pytest, the example
 #   gpu_tables                                 # the README's tables (~300 s)
 #   gpu_pack all
 #
@@ -145,6 +146,19 @@ gpu_sanitize() {
   rc=$?
   _gpu_step "$name ($bin)" $rc $((SECONDS - s))
   grep -E "SUMMARY|PASSED|FAILED|Error|hazard|OK \]" "$out/$name.txt" | head -12 >> "$log"
+  return $rc
+}
+
+# gpu_python [TIMEOUT]: gpu-check's python section (staged with the Python parts: the package built
+# there, test_gpu.py and test_cpu.py, the example; FP4MOE_PYTEST_K for a subset) into $OUT/check, its
+# summary lines to the log (session 36's run scripts spelled this out). Returns gpu-check's status.
+gpu_python() {
+  local s=$SECONDS rc
+  FP4MOE_SECTIONS="python" FP4MOE_BIN=gpubin/bin OUT=$out/check timeout "${1:-300}" scripts/gpu-check.sh \
+    > "$out/check_log.txt" 2>&1
+  rc=$?
+  _gpu_step "gpu-check python${FP4MOE_PYTEST_K:+ -k $FP4MOE_PYTEST_K}" $rc $((SECONDS - s))
+  grep -E "^=== |passed|failed|gpu-check|FAILED|FP4MOE_TEST_SEED" "$out/check_log.txt" >> "$log"
   return $rc
 }
 
