@@ -51,10 +51,12 @@ Status check_stream_device(const char* what, const char* name, cudaStream_t stre
 // After a <<<>>> launch: launch-configuration errors surface here, not at the next sync. The error
 // is taken (cudaGetLastError), not peeked at: a failure is reported once, so the caller's next call
 // does not fail again on it (cuda_status, behind FP4MOE_CUDA_RETURN, takes it too). An error that
-// other code left pending before the launch is reported here as well, under this launch's name.
-#define FP4MOE_CUDA_LAUNCH_CHECK(kernel_name)                                                      \
-  do {                                                                                             \
-    cudaError_t fp4moe_err_ = cudaGetLastError();                                                  \
-    if (fp4moe_err_ != cudaSuccess)                                                                \
-      return ::fp4moe::cuda_status(fp4moe_err_, "the launch of " #kernel_name, __FILE__, __LINE__); \
+// other code left pending before the launch is reported here as well (the message says it may be).
+#define FP4MOE_CUDA_LAUNCH_CHECK(kernel_name)                                                           \
+  do {                                                                                                  \
+    cudaError_t fp4moe_err_ = cudaGetLastError();                                                       \
+    if (fp4moe_err_ != cudaSuccess)                                                                     \
+      return ::fp4moe::cuda_status(                                                                     \
+          fp4moe_err_, "the launch of " #kernel_name ", or CUDA work before it whose error was pending,", \
+          __FILE__, __LINE__);                                                                          \
   } while (0)
