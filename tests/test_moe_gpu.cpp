@@ -378,8 +378,7 @@ TEST(MoeGpu, AFailedAllocationIsReportedOnceThenCallsRun) {
   big.max_tokens = 1;
   std::unique_ptr<MoeLayer> none;
   const Status failed = MoeLayer::create_dummy(big, 1, {}, &none);
-  if (failed.code() == StatusCode::kUnsupported && !testing::current_device_is_sm90())
-    GTEST_SKIP() << "not a compute capability 9.0 device: " << failed.to_string();
+  FP4MOE_SKIP_IF_NOT_HOPPER(failed);
   ASSERT_EQ(failed.code(), StatusCode::kCudaError) << failed.to_string();
   EXPECT_NE(failed.message().find("cudaErrorMemoryAllocation"), std::string::npos) << failed.message();
   EXPECT_EQ(none, nullptr);

@@ -144,11 +144,17 @@ inline bool current_device_is_sm90() {
   return major == 9 && minor == 0;
 }
 
+// Skips the test when `status` is that refusal off compute capability 9.0.
+#define FP4MOE_SKIP_IF_NOT_HOPPER(status)                                                                     \
+  do {                                                                                                        \
+    if ((status).code() == ::fp4moe::StatusCode::kUnsupported && !::fp4moe::testing::current_device_is_sm90()) \
+      GTEST_SKIP() << "not a compute capability 9.0 device: " << (status).to_string();                        \
+  } while (0)
+
 #define FP4MOE_ASSERT_CREATED(expr)                                                                           \
   do {                                                                                                        \
     const ::fp4moe::Status c_ = (expr);                                                                       \
-    if (c_.code() == ::fp4moe::StatusCode::kUnsupported && !::fp4moe::testing::current_device_is_sm90())      \
-      GTEST_SKIP() << "not a compute capability 9.0 device: " << c_.to_string();                              \
+    FP4MOE_SKIP_IF_NOT_HOPPER(c_);                                                                            \
     ASSERT_TRUE(c_.ok()) << #expr << " -> " << c_.to_string();                                                \
   } while (0)
 

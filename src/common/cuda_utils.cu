@@ -82,27 +82,24 @@ Status check_device_accessible(const char* what, const char* name, const void* p
 Status check_stream_device(const char* what, const char* name, cudaStream_t stream, int device) {
   if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) return Status::Ok();
   const char* sep = what[0] ? ": " : "";
+  auto not_a_stream = [&](cudaError_t err) {
+    cudaGetLastError();  // (not sticky)
+    return invalid_argument(what, sep, name, " = ", static_cast<const void*>(stream),
+                            " is not a CUDA stream this process knows (", cudaGetErrorName(err), ")");
+  };
   // cudaStreamGetDevice on a stream being captured fails (cudaErrorStreamCaptureUnsupported) and
   // invalidates the capture, in relaxed mode too (measured on an H200, CUDA 13.0): a capturing stream
   // is not queried. (A capture into another device's stream fails at its own launches.)
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   const cudaError_t capture_err = cudaStreamIsCapturing(stream, &capture);
-  if (capture_err != cudaSuccess) {
-    cudaGetLastError();  // (not sticky)
-    return invalid_argument(what, sep, name, " = ", static_cast<const void*>(stream),
-                            " is not a CUDA stream this process knows (", cudaGetErrorName(capture_err), ")");
-  }
+  if (capture_err != cudaSuccess) return not_a_stream(capture_err);
   if (capture != cudaStreamCaptureStatusNone) return Status::Ok();
   cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
   FP4MOE_CUDA_RETURN(cudaThreadExchangeStreamCaptureMode(&mode));
   int stream_device = -1;
   const cudaError_t err = cudaStreamGetDevice(stream, &stream_device);
   FP4MOE_CUDA_RETURN(cudaThreadExchangeStreamCaptureMode(&mode));
-  if (err != cudaSuccess) {
-    cudaGetLastError();  // (not sticky)
-    return invalid_argument(what, sep, name, " = ", static_cast<const void*>(stream),
-                            " is not a CUDA stream this process knows (", cudaGetErrorName(err), ")");
-  }
+  if (err != cudaSuccess) return not_a_stream(err);
   if (stream_device != device)
     return invalid_argument(what, sep, name, " = ", static_cast<const void*>(stream), " is a stream of device ",
                             stream_device, "; this runs on device ", device);

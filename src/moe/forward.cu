@@ -59,6 +59,16 @@ struct MoeLayer::Impl {
 
   ~Impl() { weights.release(); }
 
+  // The layer's buffers live on `device`: calls that use them run with it current. `what` prefixes
+  // the message ("" for none).
+  Status check_current_device(const char* what) const {
+    int dev = 0;
+    FP4MOE_CUDA_RETURN(cudaGetDevice(&dev));
+    if (dev == device) return Status::Ok();
+    return invalid_argument(what, what[0] ? ": " : "", "current device ", dev, " is not device ", device,
+                            " the layer was created on");
+  }
+
   sm90::ConfigInput config_input(int64_t num_tokens) const {
     sm90::ConfigInput in;
     in.num_tokens = num_tokens;
@@ -298,10 +308,7 @@ Status MoeLayer::set_input_scale_2(float input_scale_2) {
   if (m.w13_scale_2.size() != size_t(E))
     return internal_error("set_input_scale_2: ", m.w13_scale_2.size(), " weight global scales kept for ", E,
                           " local experts");
-  int dev = 0;
-  FP4MOE_CUDA_RETURN(cudaGetDevice(&dev));
-  if (dev != m.device)
-    return invalid_argument("current device ", dev, " is not device ", m.device, " the layer was created on");
+  FP4MOE_RETURN_IF_ERROR(m.check_current_device(""));
   // Exactly what the weight upload computes from a13_scale_2[e] = input_scale_2 (weights.cu).
   const float gs = 1.0f / input_scale_2;
   // alpha1 [E] then a1_gs [E], adjacent in one buffer (weights.cu): one copy replaces both, so a
@@ -379,10 +386,7 @@ Status MoeLayer::forward(const ForwardArgs& a, void* workspace, size_t workspace
   FP4MOE_RETURN_IF_ERROR(validate(a, workspace, workspace_bytes));
   const Impl& m = *impl_;
   const MoeProblem& p = m.problem;
-  int dev = 0;
-  FP4MOE_CUDA_RETURN(cudaGetDevice(&dev));
-  if (dev != m.device)
-    return invalid_argument("current device ", dev, " is not device ", m.device, " the layer was created on");
+  FP4MOE_RETURN_IF_ERROR(m.check_current_device(""));
   FP4MOE_RETURN_IF_ERROR(check_stream_device("", "stream", stream, m.device));
   WorkspacePtrs ws = WorkspacePtrs::from(workspace, m.ws_layout);
   const int64_t T = a.num_tokens;
@@ -493,11 +497,7 @@ Status MoeLayer::forward(const ForwardArgs& a, void* workspace, size_t workspace
 
 Status MoeLayer::check_device_errors(const void* workspace, cudaStream_t stream) const {
   FP4MOE_RETURN_IF_ERROR(check_ptr("workspace", workspace, 256));
-  int dev = 0;
-  FP4MOE_CUDA_RETURN(cudaGetDevice(&dev));
-  if (dev != impl_->device)
-    return invalid_argument("check_device_errors: current device ", dev, " is not device ", impl_->device,
-                            " the layer was created on");
+  FP4MOE_RETURN_IF_ERROR(impl_->check_current_device("check_device_errors"));
   FP4MOE_RETURN_IF_ERROR(check_stream_device("check_device_errors", "stream", stream, impl_->device));
   int32_t bad = 0;
   const char* base = static_cast<const char*>(workspace);
