@@ -14,17 +14,28 @@ def main(ours_path, peers_path):
     print(f"{ours['preset']} ({ours['mode']}, routing {ours.get('routing', 'model')}), {ours['gpu']}, "
           f"commit {ours['commit']}, {ours['date']}; copy {ours['ceilings']['copy_TBps']:.2f} TB/s, "
           f"bf16 mm {bf16:.0f} TFLOP/s{burst}\n")
-    print("| T | experts | fp4moe graph ms | floor ms | x floor | TB/s | TFLOP/s | of bf16 rate | torch bf16 ms |"
-          " torch fp8 ms | vs bf16 | vs fp8 |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    # The peers' GEMMs-only times (the two grouped GEMMs alone: peers_torch.py's docstring), in
+    # peer files from session 37 on; "vs" columns are the peer's time over fp4moe's (above 1x:
+    # fp4moe is faster).
+    gemms = any("fp8_gemms_ms" in p for p in peers.values())
+    head = ("| T | experts | fp4moe graph ms | floor ms | x floor | TB/s | TFLOP/s | of bf16 rate | torch bf16 ms |"
+            " torch fp8 ms | vs bf16 | vs fp8 |")
+    if gemms:
+        head += " bf16 GEMMs only ms | fp8 GEMMs only ms | vs fp8 GEMMs |"
+    print(head)
+    print("|---" * (head.count("|") - 1) + "|")
     for r in ours["rows"]:
         p = peers.get(r["T"], {})
         b, f = p.get("bf16_layer_ms"), p.get("fp8_layer_ms")
         fmt = lambda v: f"{v:.3f}" if v else "n/a"
         sp = lambda v: f"{v / r['graph_ms']:.2f}x" if v else "n/a"
-        print(f"| {r['T']} | {r['active_experts']} | {r['graph_ms']:.3f} | {r['floor_ms']:.3f} | "
-              f"{r['ratio_to_floor']:.2f} | {r['TBps']:.2f} | {r['TFLOPs']:.0f} | {r['TFLOPs'] / bf16:.0%} | "
-              f"{fmt(b)} | {fmt(f)} | {sp(b)} | {sp(f)} |")
+        line = (f"| {r['T']} | {r['active_experts']} | {r['graph_ms']:.3f} | {r['floor_ms']:.3f} | "
+                f"{r['ratio_to_floor']:.2f} | {r['TBps']:.2f} | {r['TFLOPs']:.0f} | {r['TFLOPs'] / bf16:.0%} | "
+                f"{fmt(b)} | {fmt(f)} | {sp(b)} | {sp(f)} |")
+        if gemms:
+            bg, fg = p.get("bf16_gemms_ms"), p.get("fp8_gemms_ms")
+            line += f" {fmt(bg)} | {fmt(fg)} | {sp(fg)} |"
+        print(line)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,10 @@ permute (stable sort by expert), GEMM1 (gate|up), SwiGLU, GEMM2 (down), router-w
   - bf16:  torch._grouped_mm on bf16 weights;
   - fp8:   torch._scaled_grouped_mm on e4m3 weights with per-output-row scales and the activations
            quantized per row inside the timed layer.
+Also each peer's two grouped GEMMs alone (`*_gemms_ms`): the same GEMM1 and GEMM2 on inputs
+permuted (and, for fp8, quantized) beforehand, with no routing, activation, quantization or combine
+inside the timed region. That is a lower bound for any layer built on those GEMMs, however good
+its permute, activation and combine.
 Timed with CUDA events after a warm-up of at least --warmup calls and --warmup-ms milliseconds,
 median of --iters. Writes JSON (--json).
 """
@@ -79,6 +83,32 @@ def layer_fp8(x, ids, w, w13q, s13, w2q, s2):
     return torch.zeros_like(x).index_add_(0, tok, y)
 
 
+def gemms_inputs(x, ids, w13, w2q_or_w2, fp8):
+    """The GEMMs-only peer's inputs, outside the timed region: the permuted rows, the expert
+    offsets and GEMM2's input (the activation of one GEMM1, its values do not change the time)."""
+    E = w13.shape[0]
+    order, tok, offs = permute(ids, E)
+    xs = x[tok]
+    I = w2q_or_w2.shape[2]
+    a = torch.randn(xs.shape[0], I, device="cuda", dtype=torch.bfloat16) / I**0.5
+    if not fp8:
+        return xs, a, offs
+    xq, sx = quant_rows(xs)
+    aq, sa = quant_rows(a)
+    return (xq, sx), (aq, sa), offs
+
+
+def gemms_bf16(xs, a, offs, w13, w2):
+    torch._grouped_mm(xs, w13.transpose(1, 2), offs=offs)
+    torch._grouped_mm(a, w2.transpose(1, 2), offs=offs)
+
+
+def gemms_fp8(xq_sx, aq_sa, offs, w13q, s13, w2q, s2):
+    (xq, sx), (aq, sa) = xq_sx, aq_sa
+    torch._scaled_grouped_mm(xq, w13q.transpose(1, 2), sx, s13, offs=offs, out_dtype=torch.bfloat16)
+    torch._scaled_grouped_mm(aq, w2q.transpose(1, 2), sa, s2, offs=offs, out_dtype=torch.bfloat16)
+
+
 def time_ms(fn, warmup, iters, warmup_ms):
     # at least `warmup` calls and `warmup_ms` of wall time (synchronized every 8 calls), as
     # fp4moe-bench warms up: a loaded H200 runs at its power cap, with a lower SM clock
@@ -134,11 +164,22 @@ def main():
         else:
             ids, w = route(T, E, k, gen)
         row = {"T": T, "active_experts": int(torch.unique(ids).numel())}
-        for name, fn in (("bf16_layer_ms", lambda: layer_bf16(x, ids, w, w13, w2)),
-                         ("fp8_layer_ms", lambda: layer_fp8(x, ids, w, w13q, s13, w2q, s2))):
+        def bf16_gemms():
+            xs, a, offs = gemms_inputs(x, ids, w13, w2, fp8=False)
+            return lambda: gemms_bf16(xs, a, offs, w13, w2)
+
+        def fp8_gemms():
+            xq, aq, offs = gemms_inputs(x, ids, w13, w2q, fp8=True)
+            return lambda: gemms_fp8(xq, aq, offs, w13q, s13, w2q, s2)
+
+        # (each entry makes its timed function, so that a failure while preparing inputs is
+        # reported for that peer only)
+        for name, make in (("bf16_layer_ms", lambda: lambda: layer_bf16(x, ids, w, w13, w2)),
+                           ("fp8_layer_ms", lambda: lambda: layer_fp8(x, ids, w, w13q, s13, w2q, s2)),
+                           ("bf16_gemms_ms", bf16_gemms), ("fp8_gemms_ms", fp8_gemms)):
             try:
-                row[name] = time_ms(fn, args.warmup, args.iters, args.warmup_ms)
-            except Exception as exc:  # report, keep the other peer
+                row[name] = time_ms(make(), args.warmup, args.iters, args.warmup_ms)
+            except Exception as exc:  # report, keep the other peers
                 row[name] = None
                 row[name.replace("_ms", "_error")] = f"{type(exc).__name__}: {str(exc)[:300]}"
         rows.append(row)

@@ -101,3 +101,39 @@ def test_routing_file_rejects_malformed_files(tmp_path, header, ids, weights, me
     write_routing(p, header, ids, weights)
     with pytest.raises(ValueError, match=message):
         routing_file.read(p)
+
+
+# bench/compare.py: one table from an fp4moe-bench JSON and a peers_torch.py JSON of the same run.
+COMPARE = os.path.join(ROOT, "bench", "compare.py")
+
+
+def write_compare_inputs(tmp_path, peer_rows):
+    ours = {"preset": "deepseek-r1", "mode": "w4a16", "routing": "random", "gpu": "NVIDIA H200", "commit": "abc",
+            "date": "2026-12-03", "ceilings": {"copy_TBps": 4.2, "bf16_mm_TFLOPs": 650.0},
+            "rows": [{"T": 8192, "active_experts": 256, "graph_ms": 10.0, "floor_ms": 8.0, "ratio_to_floor": 1.25,
+                      "TBps": 0.6, "TFLOPs": 520.0}]}
+    (tmp_path / "ours.json").write_text(json.dumps(ours))
+    (tmp_path / "peers.json").write_text(json.dumps({"rows": peer_rows}))
+    return subprocess.run([sys.executable, COMPARE, str(tmp_path / "ours.json"), str(tmp_path / "peers.json")],
+                          capture_output=True, text=True)
+
+
+def test_compare_with_the_gemms_only_peers(tmp_path):
+    r = write_compare_inputs(tmp_path, [{"T": 8192, "bf16_layer_ms": 20.0, "fp8_layer_ms": 19.0,
+                                         "bf16_gemms_ms": 12.5, "fp8_gemms_ms": 8.0}])
+    assert r.returncode == 0, r.stderr
+    lines = [l for l in r.stdout.splitlines() if l.startswith("|")]
+    assert "fp8 GEMMs only ms" in lines[0]
+    assert lines[1].count("---") == lines[0].count("|") - 1  # the separator matches the header
+    # 80% of the bf16 rate; the fp8 GEMMs alone take 0.8x fp4moe's time: fp4moe is slower than them
+    assert lines[2] == ("| 8192 | 256 | 10.000 | 8.000 | 1.25 | 0.60 | 520 | 80% | 20.000 | 19.000 | 2.00x | 1.90x |"
+                        " 12.500 | 8.000 | 0.80x |")
+
+
+def test_compare_with_older_peer_files(tmp_path):
+    # (peer files before session 37 have no GEMMs-only times: the table keeps its older columns)
+    r = write_compare_inputs(tmp_path, [{"T": 8192, "bf16_layer_ms": 20.0, "fp8_layer_ms": None}])
+    assert r.returncode == 0, r.stderr
+    lines = [l for l in r.stdout.splitlines() if l.startswith("|")]
+    assert "GEMMs only" not in lines[0]
+    assert lines[2].endswith("| 20.000 | n/a | 2.00x | n/a |")
