@@ -185,7 +185,7 @@ gpu_check() {
 gpu_tables() {
   local s=$SECONDS
   FP4MOE_SECTIONS="bench peers" FP4MOE_TOKENS=1,8,32,128,512,2048,4096,8192 OUT=$out/tables_deepseek \
-    timeout 150 scripts/gpu-check.sh deepseek-r1 > "$out/tables_deepseek_log.txt" 2>&1
+    timeout 240 scripts/gpu-check.sh deepseek-r1 > "$out/tables_deepseek_log.txt" 2>&1
   _gpu_step "tables: deepseek-r1 sweep with peers" $? $((SECONDS - s))
   grep -E "^\| |^ +[0-9]+ |ceilings" "$out/tables_deepseek_log.txt" >> "$log"
   s=$SECONDS
