@@ -5,5 +5,5 @@
 # scripts/stage-gpu.sh (the Python parts included).
 source scripts/gpu-lib.sh
 gpu_init
-gpu_python 330 || true
+gpu_python 270 || true
 gpu_pack all
