@@ -85,7 +85,8 @@ def layer_fp8(x, ids, w, w13q, s13, w2q, s2):
 
 def gemms_inputs(x, ids, w13, w2q_or_w2, fp8):
     """The GEMMs-only peer's inputs, outside the timed region: the permuted rows, the expert
-    offsets and GEMM2's input (the activation of one GEMM1, its values do not change the time)."""
+    offsets and GEMM2's input (random rows of the intermediate width, one per permuted row: their
+    values do not change the time)."""
     E = w13.shape[0]
     order, tok, offs = permute(ids, E)
     xs = x[tok]
