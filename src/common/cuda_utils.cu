@@ -106,4 +106,13 @@ Status check_stream_device(const char* what, const char* name, cudaStream_t stre
   return Status::Ok();
 }
 
+Status check_reachable(const char* what, cudaStream_t stream,
+                       std::initializer_list<std::pair<const char*, const void*>> ptrs) {
+  int device = 0;
+  FP4MOE_CUDA_RETURN(cudaGetDevice(&device));
+  FP4MOE_RETURN_IF_ERROR(check_stream_device(what, "stream", stream, device));
+  for (const auto& [name, ptr] : ptrs) FP4MOE_RETURN_IF_ERROR(check_device_accessible(what, name, ptr, device));
+  return Status::Ok();
+}
+
 }  // namespace fp4moe

@@ -4,6 +4,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <initializer_list>
+#include <utility>
+
 #include "fp4moe/status.h"
 
 namespace fp4moe {
@@ -38,6 +41,12 @@ Status check_device_accessible(const char* what, const char* name, const void* p
 // One or two driver queries (cudaStreamIsCapturing, then cudaStreamGetDevice): a stream being
 // captured is not checked (querying its device would end the capture).
 Status check_stream_device(const char* what, const char* name, cudaStream_t stream, int device);
+
+// A call's inputs against the current device: `stream` must be its (check_stream_device), then each
+// named pointer memory it can reach (check_device_accessible; null passes). The free functions that
+// take device buffers and a stream (the GPU codec, route_gpu) call it before launching.
+Status check_reachable(const char* what, cudaStream_t stream,
+                       std::initializer_list<std::pair<const char*, const void*>> ptrs);
 
 }  // namespace fp4moe
 

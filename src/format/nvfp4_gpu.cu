@@ -4,9 +4,6 @@
 // MoE hot path: the forward fuses activation quantization into its permute kernel.
 #include <cuda_bf16.h>
 
-#include <initializer_list>
-#include <utility>
-
 #include "fp4moe/format.h"
 #include "src/common/cuda_utils.h"
 #include "src/format/block_codec.h"
@@ -120,17 +117,6 @@ Status check_common(const char* what, int64_t rows, int64_t cols, int block, con
 Status check_aligned(const char* what, const char* arg, const void* p, size_t alignment) {
   if (reinterpret_cast<uintptr_t>(p) % alignment != 0)
     return invalid_argument(what, ": ", arg, " = ", p, " must be ", alignment, "-byte aligned");
-  return Status::Ok();
-}
-
-// Each named pointer must be memory the current device can reach (a fault would end the context),
-// and the stream that device's.
-Status check_reachable(const char* what, cudaStream_t stream,
-                       std::initializer_list<std::pair<const char*, const void*>> ptrs) {
-  int device = 0;
-  FP4MOE_CUDA_RETURN(cudaGetDevice(&device));
-  FP4MOE_RETURN_IF_ERROR(check_stream_device(what, "stream", stream, device));
-  for (const auto& [name, ptr] : ptrs) FP4MOE_RETURN_IF_ERROR(check_device_accessible(what, name, ptr, device));
   return Status::Ok();
 }
 

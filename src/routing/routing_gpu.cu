@@ -325,13 +325,9 @@ Status dispatch_logits(const RoutingParams& params, LogitsType logits_type, cuda
 Status route_gpu(const RoutingConfig& config, const RoutingArgs& args, cudaStream_t stream) {
   FP4MOE_RETURN_IF_ERROR(routing::validate_args(config, args));
   if (args.num_tokens == 0) return Status::Ok();
-  int device = 0;
-  FP4MOE_CUDA_RETURN(cudaGetDevice(&device));
-  for (const auto& [name, ptr] : {std::pair<const char*, const void*>{"logits", args.logits},
-                                  {"correction_bias", args.correction_bias}, {"topk_ids", args.topk_ids},
-                                  {"topk_weights", args.topk_weights}})
-    FP4MOE_RETURN_IF_ERROR(check_device_accessible("route_gpu", name, ptr, device));
-  FP4MOE_RETURN_IF_ERROR(check_stream_device("route_gpu", "stream", stream, device));
+  FP4MOE_RETURN_IF_ERROR(check_reachable("route_gpu", stream,
+                                         {{"logits", args.logits}, {"correction_bias", args.correction_bias},
+                                          {"topk_ids", args.topk_ids}, {"topk_weights", args.topk_weights}}));
   return route_gpu_in_forward(config, args, stream, false, nullptr);
 }
 
