@@ -15,6 +15,7 @@
 #   gpu_trace deepseek-r1:32,128               # gpubin/trace/fp4moe-bench (FP4MOE_STAGE_TRACE=1)
 #   gpu_sanitize memcheck 200; gpu_sanitize racecheck 200
 #   gpu_python                                 # the Python package built there, pytest, the example
+#   gpu_deepseek_sweep                         # the first of them: DeepSeek-R1 with the peers (~105 s)
 #   gpu_tables                                 # the README's tables (~300 s)
 #   gpu_pack all
 #
@@ -178,17 +179,27 @@ gpu_check() {
   return $failed
 }
 
+# gpu_deepseek_sweep [TIMEOUT]: the first of the README's tables (gpu_tables below), the DeepSeek-R1
+# sweep (T = 1-8192) with --check and the torch peers (whole layers and their GEMMs alone), into
+# $OUT/tables_deepseek; ~105 s on a warm H200 (session 37's run 2, which spelled it out). Returns
+# gpu-check's status.
+gpu_deepseek_sweep() {
+  local s=$SECONDS rc
+  FP4MOE_SECTIONS="bench peers" FP4MOE_TOKENS=1,8,32,128,512,2048,4096,8192 OUT=$out/tables_deepseek \
+    timeout "${1:-240}" scripts/gpu-check.sh deepseek-r1 > "$out/tables_deepseek_log.txt" 2>&1
+  rc=$?
+  _gpu_step "tables: deepseek-r1 sweep with peers" $rc $((SECONDS - s))
+  grep -E "^\| |^ +[0-9]+ |ceilings" "$out/tables_deepseek_log.txt" >> "$log"
+  return $rc
+}
+
 # gpu_tables: the README's tables as session 20's run 6 made them (its script repeated session
 # 18-19's), ~300 s on an H200: the DeepSeek-R1 sweep with --check and the torch peers, every other
 # preset with --check, DeepSeek-R1 w4a4. Each part's files go to $OUT/tables_*, its table lines to
 # the log. (Written after run 6, from its script; first used by the next table run.)
 gpu_tables() {
+  gpu_deepseek_sweep 240
   local s=$SECONDS
-  FP4MOE_SECTIONS="bench peers" FP4MOE_TOKENS=1,8,32,128,512,2048,4096,8192 OUT=$out/tables_deepseek \
-    timeout 240 scripts/gpu-check.sh deepseek-r1 > "$out/tables_deepseek_log.txt" 2>&1
-  _gpu_step "tables: deepseek-r1 sweep with peers" $? $((SECONDS - s))
-  grep -E "^\| |^ +[0-9]+ |ceilings" "$out/tables_deepseek_log.txt" >> "$log"
-  s=$SECONDS
   FP4MOE_SECTIONS=bench FP4MOE_TOKENS=1,8,16,128,4096,16384 OUT=$out/tables_presets timeout 300 \
     scripts/gpu-check.sh qwen3-30b-a3b qwen3-235b-a22b gpt-oss-120b gpt-oss-20b llama4-scout llama4-maverick \
     mixtral-8x7b > "$out/tables_presets_log.txt" 2>&1
