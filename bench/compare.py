@@ -22,6 +22,10 @@ def main(ours_path, peers_path):
             " torch fp8 ms | vs bf16 | vs fp8 |")
     if gemms:
         head += " bf16 GEMMs only ms | fp8 GEMMs only ms | vs fp8 GEMMs |"
+    # vLLM's Marlin MoE GEMMs alone (peers_torch.py --marlin-lib, from session 38 on)
+    marlin = any("marlin_gemms_ms" in p for p in peers.values())
+    if marlin:
+        head += " Marlin GEMMs only ms | vs Marlin GEMMs |"
     print(head)
     print("|---" * (head.count("|") - 1) + "|")
     for r in ours["rows"]:
@@ -35,6 +39,9 @@ def main(ours_path, peers_path):
         if gemms:
             bg, fg = p.get("bf16_gemms_ms"), p.get("fp8_gemms_ms")
             line += f" {fmt(bg)} | {fmt(fg)} | {sp(fg)} |"
+        if marlin:
+            mg = p.get("marlin_gemms_ms")
+            line += f" {fmt(mg)} | {sp(mg)} |"
         print(line)
 
 

@@ -12,6 +12,9 @@ Also each peer's two grouped GEMMs alone (`*_gemms_ms`): the same GEMM1 and GEMM
 permuted (and, for fp8, quantized) beforehand, with no routing, activation, quantization or combine
 inside the timed region. That is a lower bound for any layer built on those GEMMs, however good
 its permute, activation and combine.
+With --marlin-lib, also vLLM's Marlin MoE GEMMs alone (`marlin_gemms_ms`; bench/peers_marlin.py),
+what vLLM runs for NVFP4 and MXFP4 MoE weights on Hopper, after a check of how its inputs are laid
+out (`marlin_check`).
 Timed with CUDA events after a warm-up of at least --warmup calls and --warmup-ms milliseconds,
 median of --iters. Writes JSON (--json).
 """
@@ -28,6 +31,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import routing_file  # noqa: E402
+import peers_marlin  # noqa: E402
 
 PRESETS = {  # H, I, E, top-k (BRIEF section 5)
     "deepseek-r1": (7168, 2048, 256, 8),
@@ -39,6 +43,7 @@ PRESETS = {  # H, I, E, top-k (BRIEF section 5)
     "gpt-oss-120b": (2880, 2880, 128, 4),
     "gpt-oss-20b": (2880, 2880, 32, 4),
 }
+MXFP4_PRESETS = ("gpt-oss-120b", "gpt-oss-20b")  # the others are NVFP4 checkpoints
 
 
 def route(T, E, k, gen):
@@ -139,9 +144,22 @@ def main():
     ap.add_argument("--warmup-ms", type=float, default=500.0)
     ap.add_argument("--json")
     ap.add_argument("--routing-dir", help="time fp4moe-bench's routing (its --dump-routing DIR) instead of drawing one")
+    ap.add_argument("--marlin-lib", help="also time vLLM's Marlin MoE GEMMs from this library "
+                    "(bench/marlin/build.sh; 'default' for build/marlin-peer)")
     args = ap.parse_args()
     H, I, E, k = PRESETS[args.preset]
     gen = torch.Generator(device="cuda").manual_seed(0)
+    marlin, marlin_info = None, None
+    if args.marlin_lib:
+        path = peers_marlin.default_lib() if args.marlin_lib == "default" else args.marlin_lib
+        kind = "mxfp4" if args.preset in MXFP4_PRESETS else "nvfp4"
+        marlin_info = {"lib": os.path.abspath(path), "kind": kind, "vllm": "0.34.0 (bench/marlin/build.sh)"}
+        try:
+            marlin = peers_marlin.MarlinPeer(peers_marlin.MarlinLib(path), H, I, E, k, kind,
+                                              torch.Generator(device="cuda").manual_seed(1))
+        except Exception as exc:  # report, keep the torch peers
+            marlin_info["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            print(f"peers_torch.py: Marlin peer unavailable: {marlin_info['error']}", file=sys.stderr)
     w13 = (torch.randn(E, 2 * I, H, device="cuda", dtype=torch.bfloat16, generator=gen) / H**0.5)
     w2 = (torch.randn(E, H, I, device="cuda", dtype=torch.bfloat16, generator=gen) / I**0.5)
     s13 = w13.abs().amax(dim=2).float() / 448.0
@@ -183,6 +201,16 @@ def main():
             except Exception as exc:  # report, keep the other peers
                 row[name] = None
                 row[name.replace("_ms", "_error")] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        if marlin is not None:
+            row["marlin_block_m"] = peers_marlin.block_size_m(T, k, E)
+            try:
+                marlin.check_plumbing(x, ids, w)
+                row["marlin_check"] = "passed"
+                row["marlin_gemms_ms"] = time_ms(marlin.prepare(x, ids, w), args.warmup, args.iters, args.warmup_ms)
+            except Exception as exc:  # report, keep the other peers
+                row["marlin_gemms_ms"] = None
+                row["marlin_gemms_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                row.setdefault("marlin_check", "not passed")
         rows.append(row)
         print(json.dumps(row), flush=True)
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -190,6 +218,8 @@ def main():
               "torch": torch.__version__, "preset": args.preset,
               "routing": "fp4moe-bench's (--routing-dir)" if args.routing_dir else "random (own draw)",
               "warmup_ms": args.warmup_ms, "rows": rows}
+    if marlin_info is not None:
+        result["marlin"] = marlin_info
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

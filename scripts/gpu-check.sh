@@ -107,6 +107,8 @@ if has peers; then
     # fp4moe-bench's routing when the bench section ran here, else the peers draw their own
     routing_args=""
     if has bench; then routing_args="--routing-dir $routing_dir"; else echo "peers $preset: own routing (no bench section)"; fi
+    # vLLM's Marlin MoE GEMMs too when staged (FP4MOE_STAGE_MARLIN=1)
+    [ -f gpubin/marlin/libfp4moe_marlin_peer.so ] && routing_args="$routing_args --marlin-lib gpubin/marlin/libfp4moe_marlin_peer.so"
     timeout 300 python3 bench/peers_torch.py --preset "$preset" --tokens "$tokens" --json "$out/peers_${preset}.json" \
       $routing_args >> "$out/bench.log" 2>&1
     echo "=== peers $preset exit $?" | tee -a "$out/bench.log"

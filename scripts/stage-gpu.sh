@@ -20,6 +20,9 @@
 #                           experiments (-DFP4MOE_BOUND_EXPERIMENT=N: timing only, wrong results)
 #   gpubin/NAME/fp4moe-bench  with FP4MOE_STAGE_TRACE_MORE="NAME=REV ..." only: trace builds at other
 #                           commits (e.g. main's timeline next to a branch's)
+#   gpubin/marlin/libfp4moe_marlin_peer.so  with FP4MOE_STAGE_MARLIN=1 only: vLLM's Marlin MoE GEMM
+#                           (bench/marlin/build.sh, ~1-2 minutes here), for the peers' --marlin-lib
+#                           (scripts/gpu-check.sh passes it when it is there)
 # Every build but bin/ is stored as NAME/fp4moe-bench.gz; the GPU scripts unpack it next to itself
 # (scripts/gpu-unpack-builds.sh).
 set -euo pipefail
@@ -101,6 +104,11 @@ for spec in "${builds[@]}"; do
   mkdir -p "$root/gpubin/${spec%%=*}"
   for f in "$stage/${spec%%=*}"/*; do gzip -c "$f" > "$root/gpubin/${spec%%=*}/$(basename "$f").gz"; done
 done
+if [ "${FP4MOE_STAGE_MARLIN:-0}" = 1 ]; then
+  bash "$root/bench/marlin/build.sh" "$root/build/marlin-peer"
+  mkdir -p "$root/gpubin/marlin"
+  cp "$root/build/marlin-peer/libfp4moe_marlin_peer.so" "$root/gpubin/marlin/"
+fi
 if [ "${FP4MOE_STAGE_PYTHON:-1}" != 0 ]; then
   tar -C "$root/.deps/cutlass" -czf "$root/gpubin/cutlass.tar.gz" include
   python3 -m pip download -q --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \

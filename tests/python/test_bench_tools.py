@@ -137,3 +137,70 @@ def test_compare_with_older_peer_files(tmp_path):
     lines = [l for l in r.stdout.splitlines() if l.startswith("|")]
     assert "GEMMs only" not in lines[0]
     assert lines[2].endswith("| 20.000 | n/a | 2.00x | n/a |")
+
+
+def test_compare_with_the_marlin_peer(tmp_path):
+    r = write_compare_inputs(tmp_path, [{"T": 8192, "bf16_layer_ms": 20.0, "fp8_layer_ms": 19.0,
+                                         "bf16_gemms_ms": 12.5, "fp8_gemms_ms": 8.0, "marlin_gemms_ms": 12.0}])
+    assert r.returncode == 0, r.stderr
+    lines = [l for l in r.stdout.splitlines() if l.startswith("|")]
+    assert lines[0].endswith("| Marlin GEMMs only ms | vs Marlin GEMMs |")
+    assert lines[1].count("---") == lines[0].count("|") - 1
+    assert lines[2].endswith("| 12.500 | 8.000 | 0.80x | 12.000 | 1.20x |")
+
+
+# bench/peers_marlin.py: the block layout the Marlin peer hands vLLM's kernel (numpy, no GPU).
+import peers_marlin  # noqa: E402  (bench/ is on the path: see routing_file above)
+
+
+@pytest.mark.parametrize("tokens, top_k, experts, want", [
+    (1, 8, 256, 8),      # DeepSeek-R1 decode: far under one row per expert
+    (128, 8, 256, 8),    # 4 rows per expert: half of 8
+    (128, 8, 128, 16),   # Qwen3: 8 rows per expert fill 8 exactly, so not under 90%
+    (2048, 8, 256, 64),  # 64 rows per expert: every size filled, the largest
+    (100000, 2, 8, 64),
+])
+def test_marlin_block_size(tokens, top_k, experts, want):
+    assert peers_marlin.block_size_m(tokens, top_k, experts) == want
+
+
+def test_marlin_block_size_refuses_empty_shapes():
+    with pytest.raises(ValueError, match="tokens=0"):
+        peers_marlin.block_size_m(0, 8, 256)
+
+
+def test_marlin_align_small_case():
+    # pairs 0..3 go to experts 1, 0, 1, 2; blocks of 2 rows; expert 3 has none
+    sorted_ids, expert_ids, padded = peers_marlin.align_blocks(np.array([[1, 0], [1, 2]]), 4, 2)
+    assert sorted_ids.tolist() == [1, 4, 0, 2, 3, 4, 4, 4]  # 4 = the sentinel (pairs)
+    assert expert_ids.tolist() == [0, 1, 2, -1]
+    assert padded.tolist() == [6]
+
+
+def test_marlin_align_random_routing():
+    rng = np.random.default_rng(int.from_bytes(os.urandom(4), "little"))
+    tokens, top_k, experts = 300, 8, 64
+    ids = np.stack([rng.choice(experts, top_k, replace=False) for _ in range(tokens)])
+    bs = peers_marlin.block_size_m(tokens, top_k, experts)
+    sorted_ids, expert_ids, padded = peers_marlin.align_blocks(ids, experts, bs)
+    pairs = tokens * top_k
+    assert sorted_ids.size == pairs + experts * (bs - 1)
+    used = int(padded[0])
+    assert used % bs == 0 and np.all(sorted_ids[used:] == pairs) and np.all(expert_ids[used // bs:] == -1)
+    valid = sorted_ids[sorted_ids < pairs]
+    assert sorted(valid.tolist()) == list(range(pairs))  # every pair once
+    flat = ids.reshape(-1)
+    for b in range(used // bs):
+        block = sorted_ids[b * bs:(b + 1) * bs]
+        n = int(np.sum(block < pairs))
+        assert n > 0 and np.all(block[:n] < pairs) and np.all(block[n:] == pairs)  # rows first, then padding
+        assert np.all(flat[block[:n]] == expert_ids[b])
+        assert np.all(np.diff(block[:n]) > 0)  # each expert's pairs in order
+    assert used == sum((np.sum(flat == e) + bs - 1) // bs * bs for e in range(experts))
+
+
+def test_marlin_align_refuses_bad_ids():
+    with pytest.raises(ValueError, match=r"\[0, 4\)"):
+        peers_marlin.align_blocks(np.array([[0, 4]]), 4, 8)
+    with pytest.raises(ValueError, match="tokens x top_k"):
+        peers_marlin.align_blocks(np.array([0, 1]), 4, 8)

@@ -1,0 +1,194 @@
+"""The Marlin peer for bench/peers_torch.py: vLLM's Marlin MoE GEMM, what vLLM runs for NVFP4 (and
+MXFP4) MoE weights on Hopper, built by bench/marlin/build.sh as a library with a C entry point.
+
+Timed like the torch peers' GEMMs alone: Marlin's GEMM1 (gate|up, N = 2I) and GEMM2 (down, with the
+router weights applied, as vLLM's fused_marlin_moe does) on inputs prepared beforehand: the token
+blocks aligned to Marlin's m-block as vLLM's moe_align_block_size lays them out, with the block size
+vLLM's fused_marlin_moe picks for the batch, and GEMM2's input random rows. Not timed: the
+alignment, the activation and the top-k sum, which a whole vLLM layer adds. So this is a lower bound
+for vLLM's Marlin MoE layer.
+
+The timed weights are random codes and scales in Marlin's shapes (a GEMM's time does not depend on
+the values). Before timing, `check_plumbing` runs both GEMMs on weights whose every code is 1.0 and
+whose every scale is the same byte: every output is then one constant times a sum of its input row,
+whatever Marlin's tile permutation, so it checks that the block alignment, the row indices and the
+router weights reach the kernel as meant. It does not check Marlin's numerics.
+
+The alignment (`block_size_m`, `align_blocks`) is plain numpy so that tests can run without a GPU.
+"""
+import ctypes
+import os
+
+import numpy as np
+
+KINDS = ("nvfp4", "mxfp4")
+_MAX_BLOCKS_PER_SM = 4  # vLLM's MARLIN_MAX_BLOCKS_PER_SM: the lock workspace holds one int per block
+_MAX_THREAD_N = 256  # Marlin's max_thread_n
+
+
+def block_size_m(tokens, top_k, experts):
+    """The m-block size vLLM's fused_marlin_moe takes: the first of 8, 16, 32, 48, 64 that the mean
+    rows per expert fill less than 90%, else 64."""
+    if tokens <= 0 or top_k <= 0 or experts <= 0:
+        raise ValueError(f"block_size_m: tokens={tokens}, top_k={top_k}, experts={experts} must be positive")
+    for bs in (8, 16, 32, 48, 64):
+        if tokens * top_k / experts / bs < 0.9:
+            return bs
+    return 64
+
+
+def align_blocks(ids, experts, bs):
+    """vLLM's moe_align_block_size layout for `ids` (tokens x top_k expert ids): the flat pair indices
+    (token * top_k + j) of each expert in order, the expert's rows padded to a multiple of `bs` with
+    the sentinel tokens * top_k; one expert id per block (-1 past the used blocks); and the padded row
+    count. Buffer sizes as vLLM allocates them: pairs + experts * (bs - 1) rows."""
+    ids = np.asarray(ids)
+    if ids.ndim != 2:
+        raise ValueError(f"align_blocks: ids must be tokens x top_k, got shape {ids.shape}")
+    if ids.size and (ids.min() < 0 or ids.max() >= experts):
+        raise ValueError(f"align_blocks: expert ids must lie in [0, {experts}), got [{ids.min()}, {ids.max()}]")
+    pairs = ids.size
+    flat = ids.reshape(-1).astype(np.int64)
+    order = np.argsort(flat, kind="stable")
+    counts = np.bincount(flat, minlength=experts)
+    padded = (counts + bs - 1) // bs * bs
+    capacity = pairs + experts * (bs - 1)
+    sorted_ids = np.full(capacity, pairs, dtype=np.int32)
+    expert_ids = np.full((capacity + bs - 1) // bs, -1, dtype=np.int32)
+    src, dst = 0, 0
+    for e in range(experts):
+        c = int(counts[e])
+        if c == 0:
+            continue
+        sorted_ids[dst:dst + c] = order[src:src + c]
+        expert_ids[dst // bs:(dst + int(padded[e])) // bs] = e
+        src += c
+        dst += int(padded[e])
+    return sorted_ids, expert_ids, np.array([dst], dtype=np.int32)
+
+
+def default_lib():
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.path.join(here, "..", "build", "marlin-peer", "libfp4moe_marlin_peer.so")
+
+
+class MarlinLib:
+    def __init__(self, path):
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{path} does not exist: build it with bench/marlin/build.sh")
+        self._lib = ctypes.CDLL(path)
+        f = self._lib.fp4moe_marlin_moe_gemm
+        vp, i = ctypes.c_void_p, ctypes.c_int
+        f.argtypes = [vp] * 11 + [i] * 8 + [vp, ctypes.c_char_p, i]
+        f.restype = i
+        self._gemm = f
+
+    def gemm(self, a, c, c_tmp, b, scales, global_scale, blocks, topk_weights, workspace, bs, experts, top_k,
+             mul_topk_weights, size_m, size_n, size_k, kind, stream):
+        sorted_ids, expert_ids, padded = blocks
+        err = ctypes.create_string_buffer(512)
+        rc = self._gemm(a.data_ptr(), c.data_ptr(), c_tmp.data_ptr(), b.data_ptr(), scales.data_ptr(),
+                        global_scale.data_ptr(), sorted_ids.data_ptr(), expert_ids.data_ptr(), padded.data_ptr(),
+                        topk_weights.data_ptr(), workspace.data_ptr(), bs, experts, top_k, int(mul_topk_weights),
+                        size_m, size_n, size_k, KINDS.index(kind), stream, err, len(err))
+        if rc != 0:
+            raise RuntimeError(f"Marlin MoE GEMM (M={size_m} N={size_n} K={size_k} block {bs}): "
+                               f"{err.value.decode(errors='replace')}")
+
+
+class MarlinPeer:
+    """Marlin's two MoE GEMMs for one preset (H, I, E, top-k) and weight kind."""
+
+    def __init__(self, lib, H, I, E, k, kind, gen):
+        import torch
+
+        if kind not in KINDS:
+            raise ValueError(f"MarlinPeer: kind must be one of {KINDS}, got {kind!r}")
+        self.torch, self.lib, self.H, self.I, self.E, self.k, self.kind = torch, lib, H, I, E, k, kind
+        self.group = 16 if kind == "nvfp4" else 32
+        dev = "cuda"
+        self.sms = torch.cuda.get_device_properties(0).multi_processor_count
+        # Marlin's shapes: codes as int32 words [E, K / 16, N * 16 / 8], scales [E, K / group, N].
+        self.w13 = self._words(E, H, 2 * I, gen)
+        self.w2 = self._words(E, I, H, gen)
+        self.s13 = self._scales(E, H // self.group, 2 * I, gen)
+        self.s2 = self._scales(E, I // self.group, H, gen)
+        self.g13 = torch.full((E,), 2.0**-7, device=dev, dtype=torch.float32)
+        self.g2 = torch.full((E,), 2.0**-7, device=dev, dtype=torch.float32)
+        self.workspace = torch.zeros(self.sms * _MAX_BLOCKS_PER_SM, device=dev, dtype=torch.int32)
+        self._uniform = None
+
+    def _words(self, E, K, N, gen):
+        torch = self.torch
+        return torch.randint(-2**31, 2**31 - 1, (E, K // 16, N * 2), device="cuda", dtype=torch.int32,
+                             generator=gen)
+
+    def _scales(self, E, groups, N, gen):
+        torch = self.torch
+        # finite scales: e4m3 (Marlin's S0E5M3 reading of it) or e8m0 bytes near 1.0
+        lo, hi = (0x30, 0x48) if self.kind == "nvfp4" else (120, 134)
+        return torch.randint(lo, hi, (E, groups, N), device="cuda", dtype=torch.uint8, generator=gen)
+
+    def _gemm(self, a, c, c_tmp, b, s, g, blocks, w, bs, top_k, mul, m, n, kk):
+        stream = self.torch.cuda.current_stream().cuda_stream
+        self.lib.gemm(a, c, c_tmp, b, s, g, blocks, w, self.workspace, bs, self.E, top_k, mul, m, n, kk, self.kind,
+                      stream)
+
+    def prepare(self, x, ids, w):
+        """Buffers for GEMM1 and GEMM2 of this batch; returns the function that runs both."""
+        torch = self.torch
+        T = x.shape[0]
+        bs = block_size_m(T, self.k, self.E)
+        host = align_blocks(ids.cpu().numpy(), self.E, bs)
+        blocks = tuple(torch.from_numpy(h).to("cuda") for h in host)
+        rows = blocks[0].numel()
+        tmp = min(max(self.H, 2 * self.I) * rows, self.sms * _MAX_BLOCKS_PER_SM * bs * _MAX_THREAD_N)
+        c_tmp = torch.empty(tmp * (2 if bs == 8 else 1), device="cuda", dtype=torch.float32)
+        h1 = torch.empty(T * self.k, 2 * self.I, device="cuda", dtype=torch.bfloat16)
+        a2 = torch.randn(T * self.k, self.I, device="cuda", dtype=torch.bfloat16) / self.I**0.5
+        out = torch.empty(T * self.k, self.H, device="cuda", dtype=torch.bfloat16)
+        wf = w.float().contiguous()
+
+        def run(w13=self.w13, s13=self.s13, w2=self.w2, s2=self.s2, a2=a2):
+            self._gemm(x, h1, c_tmp, w13, s13, self.g13, blocks, wf, bs, self.k, False, T, 2 * self.I, self.H)
+            self._gemm(a2, out, c_tmp, w2, s2, self.g2, blocks, wf, bs, 1, True, T * self.k, self.H, self.I)
+            return h1, out
+
+        return run
+
+    def check_plumbing(self, x, ids, w):
+        """Both GEMMs on weights of one code (1.0) and one scale byte: GEMM1's row of pair p must be
+        c1 * sum(x[p // k]) in every column, GEMM2's c2 * w[p] * sum(a2[p]). Raises on a mismatch."""
+        torch = self.torch
+        if self._uniform is None:  # made once: the size of the weights
+            one = 0x22222222  # eight e2m1 codes of 1.0
+            byte = 0x38 if self.kind == "nvfp4" else 127
+            self._uniform = (torch.full_like(self.w13, one), torch.full_like(self.s13, byte),
+                             torch.full_like(self.w2, one), torch.full_like(self.s2, byte))
+        w13, s13, w2, s2 = self._uniform
+        T = x.shape[0]
+        run = self.prepare(x, ids, w)
+        a2 = torch.randn(T * self.k, self.I, device="cuda", dtype=torch.bfloat16)
+        h1, out = run(w13=w13, s13=s13, w2=w2, s2=s2, a2=a2)
+        torch.cuda.synchronize()
+        want1 = x.float().sum(dim=1).repeat_interleave(self.k)[:, None].expand(-1, 2 * self.I)
+        want2 = (w.float().reshape(-1) * a2.float().sum(dim=1))[:, None].expand(-1, self.H)
+        scale1 = self._check("GEMM1", h1.float(), want1, x.float().abs().sum(dim=1).repeat_interleave(self.k))
+        scale2 = self._check("GEMM2", out.float(), want2,
+                             w.float().reshape(-1) * a2.float().abs().sum(dim=1))
+        return scale1, scale2
+
+    def _check(self, what, got, want, magnitude):
+        torch = self.torch
+        if not torch.isfinite(got).all():
+            raise RuntimeError(f"Marlin {what} check: non-finite output")
+        if float(got.norm()) == 0.0:
+            raise RuntimeError(f"Marlin {what} check: all-zero output")
+        c = float((got * want).sum() / (want * want).sum())  # least-squares constant
+        err = (got - c * want).abs() / (abs(c) * magnitude[:, None] + 1e-30)
+        worst = float(err.max())
+        # bf16 output of an fp32 sum: a relative error of about 2^-8 of the row's magnitude
+        if worst > 2e-2:
+            raise RuntimeError(f"Marlin {what} check: output off c * rowsum by {worst:.3g} of the row's magnitude "
+                               f"(c = {c:.4g})")
+        return c
