@@ -41,7 +41,8 @@ def main(ours_path, peers_path):
             line += f" {fmt(bg)} | {fmt(fg)} | {sp(fg)} |"
         if marlin:
             mg = p.get("marlin_gemms_ms")
-            line += f" {fmt(mg)} | {sp(mg)} |"
+            flag = "" if p.get("marlin_check", "passed") == "passed" or not mg else " (check failed)"
+            line += f" {fmt(mg)}{flag} | {sp(mg)} |"
         print(line)
 
 

@@ -113,8 +113,12 @@ class MarlinPeer:
         self.w2 = self._words(E, I, H, gen)
         self.s13 = self._scales(E, H // self.group, 2 * I, gen)
         self.s2 = self._scales(E, I // self.group, H, gen)
-        self.g13 = torch.full((E,), 2.0**-7, device=dev, dtype=torch.float32)
-        self.g2 = torch.full((E,), 2.0**-7, device=dev, dtype=torch.float32)
+        # NVFP4's global scale as vLLM hands it to Marlin (nvfp4_marlin_process_global_scale): the
+        # checkpoint's (here 2^-7) times 2^(126 - 7), which undoes the exponent offset of Marlin's
+        # e2m1 -> bf16 decode (a code of 1.0 becomes 2^-126). Session 38's run 1 had 2^-7 and scale
+        # bytes under 0x80, and every output underflowed to zero.
+        self.g13 = torch.full((E,), 2.0**(-7 + 126 - 7), device=dev, dtype=torch.float32)
+        self.g2 = self.g13.clone()
         self.workspace = torch.zeros(self.sms * _MAX_BLOCKS_PER_SM, device=dev, dtype=torch.int32)
         self._uniform = None
 
@@ -125,8 +129,10 @@ class MarlinPeer:
 
     def _scales(self, E, groups, N, gen):
         torch = self.torch
-        # finite scales: e4m3 (Marlin's S0E5M3 reading of it) or e8m0 bytes near 1.0
-        lo, hi = (0x30, 0x48) if self.kind == "nvfp4" else (120, 134)
+        # NVFP4: Marlin reads the byte as S0E5M3 (vLLM's nvfp4_marlin_process_scales writes e4m3 scales
+        # times 2^7 that way), a bf16 exponent of 128 + bits 6-3, whose top bit vLLM's scales always
+        # set: random bytes from 0x80 up (2^1 to 2^16 before the global scale). MXFP4: e8m0 near 1.0.
+        lo, hi = (0x80, 0x100) if self.kind == "nvfp4" else (120, 134)
         return torch.randint(lo, hi, (E, groups, N), device="cuda", dtype=torch.uint8, generator=gen)
 
     def _gemm(self, a, c, c_tmp, b, s, g, blocks, w, bs, top_k, mul, m, n, kk):
@@ -134,8 +140,9 @@ class MarlinPeer:
         self.lib.gemm(a, c, c_tmp, b, s, g, blocks, w, self.workspace, bs, self.E, top_k, mul, m, n, kk, self.kind,
                       stream)
 
-    def prepare(self, x, ids, w):
-        """Buffers for GEMM1 and GEMM2 of this batch; returns the function that runs both."""
+    def prepare(self, x, ids, w, poison=False):
+        """Buffers for GEMM1 and GEMM2 of this batch; returns the function that runs both. With
+        `poison`, the outputs start as NaN (the check's: a row the kernel skips stays NaN)."""
         torch = self.torch
         T = x.shape[0]
         bs = block_size_m(T, self.k, self.E)
@@ -147,6 +154,9 @@ class MarlinPeer:
         h1 = torch.empty(T * self.k, 2 * self.I, device="cuda", dtype=torch.bfloat16)
         a2 = torch.randn(T * self.k, self.I, device="cuda", dtype=torch.bfloat16) / self.I**0.5
         out = torch.empty(T * self.k, self.H, device="cuda", dtype=torch.bfloat16)
+        if poison:
+            h1.fill_(float("nan"))
+            out.fill_(float("nan"))
         wf = w.float().contiguous()
 
         def run(w13=self.w13, s13=self.s13, w2=self.w2, s2=self.s2, a2=a2):
@@ -162,12 +172,12 @@ class MarlinPeer:
         torch = self.torch
         if self._uniform is None:  # made once: the size of the weights
             one = 0x22222222  # eight e2m1 codes of 1.0
-            byte = 0x38 if self.kind == "nvfp4" else 127
+            byte = 0xB8 if self.kind == "nvfp4" else 127  # 2^8 (S0E5M3, as above) or 1.0
             self._uniform = (torch.full_like(self.w13, one), torch.full_like(self.s13, byte),
                              torch.full_like(self.w2, one), torch.full_like(self.s2, byte))
         w13, s13, w2, s2 = self._uniform
         T = x.shape[0]
-        run = self.prepare(x, ids, w)
+        run = self.prepare(x, ids, w, poison=True)
         a2 = torch.randn(T * self.k, self.I, device="cuda", dtype=torch.bfloat16)
         h1, out = run(w13=w13, s13=s13, w2=w2, s2=s2, a2=a2)
         torch.cuda.synchronize()
@@ -181,7 +191,9 @@ class MarlinPeer:
     def _check(self, what, got, want, magnitude):
         torch = self.torch
         if not torch.isfinite(got).all():
-            raise RuntimeError(f"Marlin {what} check: non-finite output")
+            nan = float(torch.isnan(got).float().mean())
+            raise RuntimeError(f"Marlin {what} check: non-finite output ({nan:.1%} NaN: rows never written "
+                               f"keep the poison)")
         if float(got.norm()) == 0.0:
             raise RuntimeError(f"Marlin {what} check: all-zero output")
         c = float((got * want).sum() / (want * want).sum())  # least-squares constant

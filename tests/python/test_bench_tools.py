@@ -204,3 +204,11 @@ def test_marlin_align_refuses_bad_ids():
         peers_marlin.align_blocks(np.array([[0, 4]]), 4, 8)
     with pytest.raises(ValueError, match="tokens x top_k"):
         peers_marlin.align_blocks(np.array([0, 1]), 4, 8)
+
+
+def test_compare_marks_a_marlin_time_whose_check_failed(tmp_path):
+    r = write_compare_inputs(tmp_path, [{"T": 8192, "bf16_layer_ms": 20.0, "fp8_layer_ms": 19.0,
+                                         "marlin_gemms_ms": 12.0, "marlin_check": "failed: RuntimeError: x"}])
+    assert r.returncode == 0, r.stderr
+    lines = [l for l in r.stdout.splitlines() if l.startswith("|")]
+    assert lines[2].endswith("| 12.000 (check failed) | 1.20x |")
