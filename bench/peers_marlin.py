@@ -67,6 +67,10 @@ def align_blocks(ids, experts, bs):
     return sorted_ids, expert_ids, np.array([dst], dtype=np.int32)
 
 
+def _round_up(n, m):
+    return (n + m - 1) // m * m
+
+
 def default_lib():
     here = os.path.dirname(os.path.abspath(__file__))
     return os.path.join(here, "..", "build", "marlin-peer", "libfp4moe_marlin_peer.so")
@@ -106,6 +110,12 @@ class MarlinPeer:
             raise ValueError(f"MarlinPeer: kind must be one of {KINDS}, got {kind!r}")
         self.torch, self.lib, self.H, self.I, self.E, self.k, self.kind = torch, lib, H, I, E, k, kind
         self.group = 16 if kind == "nvfp4" else 32
+        # vLLM pads MXFP4 weights for Marlin (mxfp4_round_up_hidden_size_and_intermediate_size: H to a
+        # multiple of 256, I of 128; gpt-oss's 2880 fits no Marlin tile), so the peer reads and
+        # multiplies the padded sizes, as vLLM does; the hidden states are padded outside the timing.
+        # The NVFP4 presets' sizes need no padding.
+        self.Hp, self.Ip = (_round_up(H, 256), _round_up(I, 128)) if kind == "mxfp4" else (H, I)
+        H, I = self.Hp, self.Ip
         dev = "cuda"
         self.sms = torch.cuda.get_device_properties(0).multi_processor_count
         # Marlin's shapes: codes as int32 words [E, K / 16, N * 16 / 8], scales [E, K / group, N].
@@ -145,23 +155,25 @@ class MarlinPeer:
         `poison`, the outputs start as NaN (the check's: a row the kernel skips stays NaN)."""
         torch = self.torch
         T = x.shape[0]
+        if self.Hp != self.H:
+            x = torch.nn.functional.pad(x, (0, self.Hp - self.H))
         bs = block_size_m(T, self.k, self.E)
         host = align_blocks(ids.cpu().numpy(), self.E, bs)
         blocks = tuple(torch.from_numpy(h).to("cuda") for h in host)
         rows = blocks[0].numel()
-        tmp = min(max(self.H, 2 * self.I) * rows, self.sms * _MAX_BLOCKS_PER_SM * bs * _MAX_THREAD_N)
+        tmp = min(max(self.Hp, 2 * self.Ip) * rows, self.sms * _MAX_BLOCKS_PER_SM * bs * _MAX_THREAD_N)
         c_tmp = torch.empty(tmp * (2 if bs == 8 else 1), device="cuda", dtype=torch.float32)
-        h1 = torch.empty(T * self.k, 2 * self.I, device="cuda", dtype=torch.bfloat16)
-        a2 = torch.randn(T * self.k, self.I, device="cuda", dtype=torch.bfloat16) / self.I**0.5
-        out = torch.empty(T * self.k, self.H, device="cuda", dtype=torch.bfloat16)
+        h1 = torch.empty(T * self.k, 2 * self.Ip, device="cuda", dtype=torch.bfloat16)
+        a2 = torch.randn(T * self.k, self.Ip, device="cuda", dtype=torch.bfloat16) / self.Ip**0.5
+        out = torch.empty(T * self.k, self.Hp, device="cuda", dtype=torch.bfloat16)
         if poison:
             h1.fill_(float("nan"))
             out.fill_(float("nan"))
         wf = w.float().contiguous()
 
         def run(w13=self.w13, s13=self.s13, w2=self.w2, s2=self.s2, a2=a2):
-            self._gemm(x, h1, c_tmp, w13, s13, self.g13, blocks, wf, bs, self.k, False, T, 2 * self.I, self.H)
-            self._gemm(a2, out, c_tmp, w2, s2, self.g2, blocks, wf, bs, 1, True, T * self.k, self.H, self.I)
+            self._gemm(x, h1, c_tmp, w13, s13, self.g13, blocks, wf, bs, self.k, False, T, 2 * self.Ip, self.Hp)
+            self._gemm(a2, out, c_tmp, w2, s2, self.g2, blocks, wf, bs, 1, True, T * self.k, self.Hp, self.Ip)
             return h1, out
 
         return run
@@ -178,11 +190,11 @@ class MarlinPeer:
         w13, s13, w2, s2 = self._uniform
         T = x.shape[0]
         run = self.prepare(x, ids, w, poison=True)
-        a2 = torch.randn(T * self.k, self.I, device="cuda", dtype=torch.bfloat16)
+        a2 = torch.randn(T * self.k, self.Ip, device="cuda", dtype=torch.bfloat16)
         h1, out = run(w13=w13, s13=s13, w2=w2, s2=s2, a2=a2)
         torch.cuda.synchronize()
-        want1 = x.float().sum(dim=1).repeat_interleave(self.k)[:, None].expand(-1, 2 * self.I)
-        want2 = (w.float().reshape(-1) * a2.float().sum(dim=1))[:, None].expand(-1, self.H)
+        want1 = x.float().sum(dim=1).repeat_interleave(self.k)[:, None].expand(-1, 2 * self.Ip)
+        want2 = (w.float().reshape(-1) * a2.float().sum(dim=1))[:, None].expand(-1, self.Hp)
         scale1 = self._check("GEMM1", h1.float(), want1, x.float().abs().sum(dim=1).repeat_interleave(self.k))
         scale2 = self._check("GEMM2", out.float(), want2,
                              w.float().reshape(-1) * a2.float().abs().sum(dim=1))

@@ -157,6 +157,7 @@ def main():
         try:
             marlin = peers_marlin.MarlinPeer(peers_marlin.MarlinLib(path), H, I, E, k, kind,
                                               torch.Generator(device="cuda").manual_seed(1))
+            marlin_info["H"], marlin_info["I"] = marlin.Hp, marlin.Ip  # as vLLM pads them for Marlin
         except Exception as exc:  # report, keep the torch peers
             marlin_info["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
             print(f"peers_torch.py: Marlin peer unavailable: {marlin_info['error']}", file=sys.stderr)
