@@ -22,10 +22,12 @@ def main(ours_path, peers_path):
             " torch fp8 ms | vs bf16 | vs fp8 |")
     if gemms:
         head += " bf16 GEMMs only ms | fp8 GEMMs only ms | vs fp8 GEMMs |"
-    # vLLM's Marlin MoE GEMMs alone (peers_torch.py --marlin-lib, from session 38 on)
-    marlin = any("marlin_gemms_ms" in p for p in peers.values())
-    if marlin:
-        head += " Marlin GEMMs only ms | vs Marlin GEMMs |"
+    # vLLM's Marlin and Humming MoE GEMMs alone (peers_torch.py --marlin-lib / --humming, from
+    # session 38 on)
+    extra = [(key, label) for key, label in (("marlin", "Marlin"), ("humming", "Humming"))
+             if any(f"{key}_gemms_ms" in p for p in peers.values())]
+    for _, label in extra:
+        head += f" {label} GEMMs only ms | vs {label} GEMMs |"
     print(head)
     print("|---" * (head.count("|") - 1) + "|")
     for r in ours["rows"]:
@@ -39,10 +41,10 @@ def main(ours_path, peers_path):
         if gemms:
             bg, fg = p.get("bf16_gemms_ms"), p.get("fp8_gemms_ms")
             line += f" {fmt(bg)} | {fmt(fg)} | {sp(fg)} |"
-        if marlin:
-            mg = p.get("marlin_gemms_ms")
-            flag = "" if p.get("marlin_check", "passed") == "passed" or not mg else " (check failed)"
-            line += f" {fmt(mg)}{flag} | {sp(mg)} |"
+        for key, _ in extra:
+            ms = p.get(f"{key}_gemms_ms")
+            flag = "" if p.get(f"{key}_check", "passed") == "passed" or not ms else " (check failed)"
+            line += f" {fmt(ms)}{flag} | {sp(ms)} |"
         print(line)
 
 

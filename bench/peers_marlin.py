@@ -170,6 +170,7 @@ class MarlinPeer:
             h1.fill_(float("nan"))
             out.fill_(float("nan"))
         wf = w.float().contiguous()
+        self.block_m = bs
 
         def run(w13=self.w13, s13=self.s13, w2=self.w2, s2=self.s2, a2=a2):
             self._gemm(x, h1, c_tmp, w13, s13, self.g13, blocks, wf, bs, self.k, False, T, 2 * self.Ip, self.Hp)
@@ -201,18 +202,25 @@ class MarlinPeer:
         return scale1, scale2
 
     def _check(self, what, got, want, magnitude):
-        torch = self.torch
-        if not torch.isfinite(got).all():
-            nan = float(torch.isnan(got).float().mean())
-            raise RuntimeError(f"Marlin {what} check: non-finite output ({nan:.1%} NaN: rows never written "
-                               f"keep the poison)")
-        if float(got.norm()) == 0.0:
-            raise RuntimeError(f"Marlin {what} check: all-zero output")
-        c = float((got * want).sum() / (want * want).sum())  # least-squares constant
-        err = (got - c * want).abs() / (abs(c) * magnitude[:, None] + 1e-30)
-        worst = float(err.max())
-        # bf16 output of an fp32 sum: a relative error of about 2^-8 of the row's magnitude
-        if worst > 2e-2:
-            raise RuntimeError(f"Marlin {what} check: output off c * rowsum by {worst:.3g} of the row's magnitude "
-                               f"(c = {c:.4g})")
-        return c
+        return check_proportional("Marlin", what, got, want, magnitude)
+
+
+def check_proportional(peer, what, got, want, magnitude):
+    """A peer's GEMM output against c * want for one constant c (least squares), each row within
+    2% of c times its magnitude (the sum of |terms|: a bf16 output of an fp32 sum is within about
+    2^-8 of it); finite and not all zero. Returns c; raises RuntimeError naming the peer."""
+    import torch
+
+    if not torch.isfinite(got).all():
+        nan = float(torch.isnan(got).float().mean())
+        raise RuntimeError(f"{peer} {what} check: non-finite output ({nan:.1%} NaN: rows never written "
+                           f"keep the poison)")
+    if float(got.norm()) == 0.0:
+        raise RuntimeError(f"{peer} {what} check: all-zero output")
+    c = float((got * want).sum() / (want * want).sum())
+    err = (got - c * want).abs() / (abs(c) * magnitude[:, None] + 1e-30)
+    worst = float(err.max())
+    if worst > 2e-2:
+        raise RuntimeError(f"{peer} {what} check: output off c * rowsum by {worst:.3g} of the row's magnitude "
+                           f"(c = {c:.4g})")
+    return c

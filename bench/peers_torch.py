@@ -13,8 +13,8 @@ permuted (and, for fp8, quantized) beforehand, with no routing, activation, quan
 inside the timed region. That is a lower bound for any layer built on those GEMMs, however good
 its permute, activation and combine.
 With --marlin-lib, also vLLM's Marlin MoE GEMMs alone (`marlin_gemms_ms`; bench/peers_marlin.py),
-what vLLM runs for NVFP4 and MXFP4 MoE weights on Hopper, after a check of how its inputs are laid
-out (`marlin_check`).
+and with --humming, vLLM's Humming MoE GEMMs alone (`humming_gemms_ms`; bench/peers_humming.py,
+NVFP4 presets only), each after a check of how its inputs are laid out (`*_check`).
 Timed with CUDA events after a warm-up of at least --warmup calls and --warmup-ms milliseconds,
 median of --iters. Writes JSON (--json).
 """
@@ -146,6 +146,8 @@ def main():
     ap.add_argument("--routing-dir", help="time fp4moe-bench's routing (its --dump-routing DIR) instead of drawing one")
     ap.add_argument("--marlin-lib", help="also time vLLM's Marlin MoE GEMMs from this library "
                     "(bench/marlin/build.sh; 'default' for build/marlin-peer)")
+    ap.add_argument("--humming", action="store_true",
+                    help="also time vLLM's Humming MoE GEMMs (the humming-kernels package must be importable)")
     args = ap.parse_args()
     H, I, E, k = PRESETS[args.preset]
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -161,6 +163,22 @@ def main():
         except Exception as exc:  # report, keep the torch peers
             marlin_info["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
             print(f"peers_torch.py: Marlin peer unavailable: {marlin_info['error']}", file=sys.stderr)
+    humming, humming_info = None, None
+    if args.humming:
+        humming_info = {"kind": "nvfp4 (ModelOpt layout)"}
+        try:
+            if args.preset in MXFP4_PRESETS:
+                raise ValueError(f"the Humming peer runs NVFP4 weights only; {args.preset} is MXFP4")
+            import peers_humming
+            import humming
+
+            humming_info["humming"] = humming.__version__
+            humming = peers_humming.HummingPeer(H, I, E, k, torch.Generator(device="cuda").manual_seed(2))
+        except Exception as exc:  # report, keep the other peers
+            humming = None
+            humming_info["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            print(f"peers_torch.py: Humming peer unavailable: {humming_info['error']}", file=sys.stderr)
+    extra_peers = [(name, peer) for name, peer in (("marlin", marlin), ("humming", humming)) if peer is not None]
     w13 = (torch.randn(E, 2 * I, H, device="cuda", dtype=torch.bfloat16, generator=gen) / H**0.5)
     w2 = (torch.randn(E, H, I, device="cuda", dtype=torch.bfloat16, generator=gen) / I**0.5)
     s13 = w13.abs().amax(dim=2).float() / 448.0
@@ -202,20 +220,21 @@ def main():
             except Exception as exc:  # report, keep the other peers
                 row[name] = None
                 row[name.replace("_ms", "_error")] = f"{type(exc).__name__}: {str(exc)[:300]}"
-        if marlin is not None:
-            row["marlin_block_m"] = peers_marlin.block_size_m(T, k, E)
+        for name, peer in extra_peers:
             # (timed whatever the check says, which the row records: the time does not depend on
             # the values, and compare.py marks a time whose check did not pass)
             try:
-                marlin.check_plumbing(x, ids, w)
-                row["marlin_check"] = "passed"
+                peer.check_plumbing(x, ids, w)
+                row[f"{name}_check"] = "passed"
             except Exception as exc:
-                row["marlin_check"] = f"failed: {type(exc).__name__}: {str(exc)[:300]}"
+                row[f"{name}_check"] = f"failed: {type(exc).__name__}: {str(exc)[:300]}"
             try:
-                row["marlin_gemms_ms"] = time_ms(marlin.prepare(x, ids, w), args.warmup, args.iters, args.warmup_ms)
+                run = peer.prepare(x, ids, w)
+                row[f"{name}_block_m"] = peer.block_m
+                row[f"{name}_gemms_ms"] = time_ms(run, args.warmup, args.iters, args.warmup_ms)
             except Exception as exc:  # report, keep the other peers
-                row["marlin_gemms_ms"] = None
-                row["marlin_gemms_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                row[f"{name}_gemms_ms"] = None
+                row[f"{name}_gemms_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
         rows.append(row)
         print(json.dumps(row), flush=True)
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -225,6 +244,8 @@ def main():
               "warmup_ms": args.warmup_ms, "rows": rows}
     if marlin_info is not None:
         result["marlin"] = marlin_info
+    if humming_info is not None:
+        result["humming"] = humming_info
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

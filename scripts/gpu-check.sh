@@ -109,8 +109,9 @@ if has peers; then
     if has bench; then routing_args="--routing-dir $routing_dir"; else echo "peers $preset: own routing (no bench section)"; fi
     # vLLM's Marlin MoE GEMMs too when staged (FP4MOE_STAGE_MARLIN=1)
     [ -f gpubin/marlin/libfp4moe_marlin_peer.so ] && routing_args="$routing_args --marlin-lib gpubin/marlin/libfp4moe_marlin_peer.so"
-    timeout 300 python3 bench/peers_torch.py --preset "$preset" --tokens "$tokens" --json "$out/peers_${preset}.json" \
-      $routing_args >> "$out/bench.log" 2>&1
+    # FP4MOE_PEERS_ARGS: more peers_torch.py arguments (e.g. --humming), FP4MOE_PEERS_TIMEOUT its limit
+    timeout ${FP4MOE_PEERS_TIMEOUT:-300} python3 bench/peers_torch.py --preset "$preset" --tokens "$tokens" \
+      --json "$out/peers_${preset}.json" $routing_args ${FP4MOE_PEERS_ARGS:-} >> "$out/bench.log" 2>&1
     echo "=== peers $preset exit $?" | tee -a "$out/bench.log"
     python3 bench/compare.py "$out/bench_${preset}.json" "$out/peers_${preset}.json" 2>&1 | tee -a "$out/bench.log"
   done

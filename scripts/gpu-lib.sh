@@ -213,6 +213,21 @@ gpu_tables() {
   grep -E "^ +[0-9]+ |ceilings" "$out/tables_w4a4_log.txt" >> "$log"
 }
 
+# gpu_humming_env: installs gpubin/humming-wheels (FP4MOE_STAGE_HUMMING=1) into /tmp/fp4moe-humming
+# and exports PYTHONPATH and CUDA_HOME for the peers' --humming; logs the version or the failure.
+gpu_humming_env() {
+  local s=$SECONDS rc
+  python3 -m pip install -q --no-index --no-deps --target /tmp/fp4moe-humming gpubin/humming-wheels/*.whl \
+    > "$out/humming_install.txt" 2>&1
+  export PYTHONPATH=/tmp/fp4moe-humming${PYTHONPATH:+:$PYTHONPATH}
+  export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+  python3 -c "import humming; print('humming', humming.__version__)" >> "$out/humming_install.txt" 2>&1
+  rc=$?
+  _gpu_step "humming install" $rc $((SECONDS - s))
+  tail -3 "$out/humming_install.txt" >> "$log"
+  return $rc
+}
+
 # gpu_pack NAME: everything under $OUT but the log into $OUT/NAME.tgz (then removed).
 gpu_pack() {
   local name=$1 items

@@ -23,6 +23,9 @@
 #   gpubin/marlin/libfp4moe_marlin_peer.so  with FP4MOE_STAGE_MARLIN=1 only: vLLM's Marlin MoE GEMM
 #                           (bench/marlin/build.sh, ~1-2 minutes here), for the peers' --marlin-lib
 #                           (scripts/gpu-check.sh passes it when it is there)
+#   gpubin/humming-wheels/  with FP4MOE_STAGE_HUMMING=1 only: humming-kernels 0.1.19 and the one
+#                           dependency the GPU image lacks (cuda-bindings), pinned, for Python 3.12,
+#                           for the peers' --humming (gpu-lib.sh's gpu_humming_env installs them)
 # Every build but bin/ is stored as NAME/fp4moe-bench.gz; the GPU scripts unpack it next to itself
 # (scripts/gpu-unpack-builds.sh).
 set -euo pipefail
@@ -108,6 +111,10 @@ if [ "${FP4MOE_STAGE_MARLIN:-0}" = 1 ]; then
   bash "$root/bench/marlin/build.sh" "$root/build/marlin-peer"
   mkdir -p "$root/gpubin/marlin"
   cp "$root/build/marlin-peer/libfp4moe_marlin_peer.so" "$root/gpubin/marlin/"
+fi
+if [ "${FP4MOE_STAGE_HUMMING:-0}" = 1 ]; then
+  python3 -m pip download -q --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64 \
+    --no-deps -d "$root/gpubin/humming-wheels" humming-kernels==0.1.19 cuda-bindings==13.5.0 cuda-pathfinder==1.9.1
 fi
 if [ "${FP4MOE_STAGE_PYTHON:-1}" != 0 ]; then
   tar -C "$root/.deps/cutlass" -czf "$root/gpubin/cutlass.tar.gz" include

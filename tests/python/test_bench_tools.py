@@ -212,3 +212,14 @@ def test_compare_marks_a_marlin_time_whose_check_failed(tmp_path):
     assert r.returncode == 0, r.stderr
     lines = [l for l in r.stdout.splitlines() if l.startswith("|")]
     assert lines[2].endswith("| 12.000 (check failed) | 1.20x |")
+
+
+def test_compare_with_the_marlin_and_humming_peers(tmp_path):
+    r = write_compare_inputs(tmp_path, [{"T": 8192, "bf16_layer_ms": 20.0, "fp8_layer_ms": 19.0,
+                                         "marlin_gemms_ms": 12.0, "humming_gemms_ms": 9.0,
+                                         "humming_check": "passed"}])
+    assert r.returncode == 0, r.stderr
+    lines = [l for l in r.stdout.splitlines() if l.startswith("|")]
+    assert lines[0].endswith("| Marlin GEMMs only ms | vs Marlin GEMMs | Humming GEMMs only ms | vs Humming GEMMs |")
+    assert lines[1].count("---") == lines[0].count("|") - 1
+    assert lines[2].endswith("| 12.000 | 1.20x | 9.000 | 0.90x |")

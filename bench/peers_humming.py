@@ -1,0 +1,127 @@
+"""The Humming peer for bench/peers_torch.py: vLLM's Humming kernels (the `humming-kernels` package on
+PyPI, JIT-compiled GEMMs for quantized weights), which vLLM 0.34 ranks ahead of Marlin for NVFP4 MoE
+weights on Hopper (compute capability 9.0) when the package is installed, as its CUDA requirements
+install it (humming-kernels 0.1.19).
+
+Timed like the torch peers' GEMMs alone: Humming's "indexed" MoE GEMM1 (gate|up, N = 2I) and GEMM2
+(down) on inputs prepared beforehand: the token blocks aligned as vLLM's moe_align_block_size lays
+them out (bench/peers_marlin.py's `align_blocks`), with the m-block of Humming's own heuristics for
+the batch (what vLLM's HummingExperts take), and GEMM2's input random rows. Not timed: the
+alignment, the activation and vLLM's weighted top-k sum. So this is a lower bound for vLLM's
+Humming MoE layer.
+
+The weights are NVFP4 in ModelOpt's layout (uint8 codes, e4m3 scales per 16, an fp32 global scale
+per expert), which Humming converts and repacks once (`transform`), as vLLM loads a ModelOpt
+checkpoint: random codes and scales for the timing (a GEMM's time does not depend on the values).
+Before timing, `check_plumbing` runs both GEMMs on weights whose every code is 1.0 and every scale
+1.0: every output must then be the sum of its input row, which checks the block alignment and the
+row indices fed to Humming (and, here exactly, that its NVFP4 decode of those codes is 1.0).
+"""
+import json
+
+import peers_marlin
+
+WEIGHT_CONFIG = {"quant_method": "modelopt", "quant_algo": "NVFP4"}
+
+
+class HummingPeer:
+    """Humming's two MoE GEMMs for one preset (H, I, E, top-k), NVFP4 weights."""
+
+    def __init__(self, H, I, E, k, gen):
+        import torch
+        from humming.layer import HummingLayer
+        from humming.tune import get_heuristics_config
+
+        self.torch, self.H, self.I, self.E, self.k = torch, H, I, E, k
+        self._HummingLayer, self._heuristics = HummingLayer, get_heuristics_config
+        self.compute_config = json.dumps({"use_batch_invariant": False, "use_f16_accum": False,
+                                          "gemm_type": "indexed"})
+        self.w13, self.w2 = self._layers(lambda shape, dtype: self._random(shape, dtype, gen))
+        self._uniform = None
+
+    def _random(self, shape, dtype, gen):
+        torch = self.torch
+        if dtype == torch.uint8:
+            return torch.randint(0, 256, shape, device="cuda", dtype=torch.uint8, generator=gen)
+        if dtype == torch.float8_e4m3fn:  # e4m3 scales from 2^-3 to 2^3
+            exp = torch.randint(4, 11, shape, device="cuda", dtype=torch.uint8, generator=gen)
+            return (exp << 3 | torch.randint(0, 8, shape, device="cuda", dtype=torch.uint8, generator=gen)).view(dtype)
+        return torch.full(shape, 2.0**-4, device="cuda", dtype=dtype)  # the global scales
+
+    def _uniform_tensor(self, shape, dtype):
+        torch = self.torch
+        if dtype == torch.uint8:
+            return torch.full(shape, 0x22, device="cuda", dtype=torch.uint8)  # two codes of 1.0
+        if dtype == torch.float8_e4m3fn:
+            return torch.full(shape, 1.0, device="cuda", dtype=torch.float32).to(dtype)
+        return torch.ones(shape, device="cuda", dtype=dtype)
+
+    def _layers(self, make):
+        """GEMM1's and GEMM2's layers, loaded with make(shape, dtype) per ModelOpt tensor and
+        transformed into Humming's layout."""
+        torch = self.torch
+        layers = []
+        for n, k in ((2 * self.I, self.H), (self.H, self.I)):
+            layer = self._HummingLayer(shape_n=n, shape_k=k, weight_config=dict(WEIGHT_CONFIG),
+                                       num_experts=self.E, torch_dtype=torch.bfloat16).cuda()
+            tensors = {name: make(tuple(p.shape), p.dtype) for name, p in layer.named_parameters()}
+            layer.load_from_tensors(tensors)
+            layer.transform()
+            layers.append(layer)
+        return layers
+
+    def block_size(self, layer, shape_m):
+        """The m-block Humming's heuristics give this layer at shape_m routed rows (vLLM's
+        HummingExperts: 64 when none matches)."""
+        configs = self._heuristics(layer_config=layer.humming_config, use_f16_accum=False,
+                                   use_batch_invariant=False, gemm_type="indexed")
+        for lo, hi, config in configs:
+            if lo < shape_m <= hi:
+                return int(config["block_shape"][0]), json.dumps(configs)
+        return 64, json.dumps(configs)
+
+    def prepare(self, x, ids, w, layers=None, poison=False, a2=None):
+        """Buffers for GEMM1 and GEMM2 of this batch; returns the function that runs both."""
+        torch = self.torch
+        w13, w2 = layers or (self.w13, self.w2)
+        T = x.shape[0]
+        m = T * self.k
+        host_ids = ids.cpu().numpy()
+        args, self.block_m = [], []
+        for layer, top_k in ((w13, self.k), (w2, 1)):
+            bs, tuning = self.block_size(layer, m)
+            self.block_m.append(bs)
+            blocks = tuple(torch.from_numpy(h).to("cuda") for h in peers_marlin.align_blocks(host_ids, self.E, bs))
+            args.append(dict(sorted_ids=blocks[0], expert_ids=blocks[1], num_tokens_padded=blocks[2], top_k=top_k,
+                             valid_shape_m=m, compute_config=self.compute_config, tuning_config=tuning))
+        h1 = torch.empty(m, 2 * self.I, device="cuda", dtype=torch.bfloat16)
+        if a2 is None:
+            a2 = torch.randn(m, self.I, device="cuda", dtype=torch.bfloat16) / self.I**0.5
+        out = torch.empty(m, self.H, device="cuda", dtype=torch.bfloat16)
+        if poison:
+            h1.fill_(float("nan"))
+            out.fill_(float("nan"))
+
+        def run():
+            w13(x, outputs=h1, **args[0])
+            w2(a2, outputs=out, **args[1])
+            return h1, out
+
+        return run
+
+    def check_plumbing(self, x, ids, w):
+        """Both GEMMs on weights of code 1.0 and scale 1.0: GEMM1's row of pair p must be
+        sum(x[p // k]) in every column, GEMM2's sum(a2[p]). Raises on a mismatch."""
+        torch = self.torch
+        if self._uniform is None:  # made once: the size of the weights
+            self._uniform = self._layers(self._uniform_tensor)
+        T = x.shape[0]
+        a2 = torch.randn(T * self.k, self.I, device="cuda", dtype=torch.bfloat16)
+        h1, out = self.prepare(x, ids, w, layers=self._uniform, poison=True, a2=a2)()
+        torch.cuda.synchronize()
+        want1 = x.float().sum(dim=1).repeat_interleave(self.k)[:, None].expand(-1, 2 * self.I)
+        want2 = a2.float().sum(dim=1)[:, None].expand(-1, self.H)
+        c1 = peers_marlin.check_proportional("Humming", "GEMM1", h1.float(), want1,
+                                             x.float().abs().sum(dim=1).repeat_interleave(self.k))
+        c2 = peers_marlin.check_proportional("Humming", "GEMM2", out.float(), want2, a2.float().abs().sum(dim=1))
+        return c1, c2
