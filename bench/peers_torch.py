@@ -14,7 +14,9 @@ inside the timed region. That is a lower bound for any layer built on those GEMM
 its permute, activation and combine.
 With --marlin-lib, also vLLM's Marlin MoE GEMMs alone (`marlin_gemms_ms`; bench/peers_marlin.py),
 and with --humming, vLLM's Humming MoE GEMMs alone (`humming_gemms_ms`; bench/peers_humming.py,
-NVFP4 presets only), each after a check of how its inputs are laid out (`*_check`).
+NVFP4 presets only), each after a check of how its inputs are laid out (`*_check`). These two are
+timed as fp4moe-bench times its graph replays (time_graphs_ms: CUDA graphs, routing sets in
+rotation at T <= 128), and also eagerly on the first set (`*_gemms_eager_ms`).
 Timed with CUDA events after a warm-up of at least --warmup calls and --warmup-ms milliseconds,
 median of --iters. Writes JSON (--json).
 """
@@ -135,6 +137,43 @@ def time_ms(fn, warmup, iters, warmup_ms):
     return statistics.median(times)
 
 
+def time_graphs_ms(runs, warmup, iters, warmup_ms):
+    """The extra peers' timing, as fp4moe-bench times its graph replays: each of `runs` (one per
+    routing set) called once eagerly (JIT compilation, lazy set-up), then captured in a CUDA graph;
+    the graphs replayed in rotation, so that consecutive replays touch other experts' weights
+    (through L2 otherwise, when they fit), each replay timed alone with CUDA events after the
+    warm-up; the median of iters replays of each."""
+    graphs = []
+    for run in runs:
+        run()
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        # (relaxed: Marlin's launcher asks the device's attributes while it is captured)
+        with torch.cuda.graph(g, capture_error_mode="relaxed"):
+            run()
+        graphs.append(g)
+    n = len(graphs)
+    t0, i = time.perf_counter(), 0
+    while i < warmup * n or (time.perf_counter() - t0) * 1e3 < warmup_ms:
+        graphs[i % n].replay()
+        i += 1
+        if i % 8 == 0:
+            torch.cuda.synchronize()
+    times = []
+    for j in range(iters * n):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        graphs[j % n].replay()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    return statistics.median(times)
+
+
+ROTATING_SETS = 8  # routing sets the extra peers rotate through at T <= ROTATE_MAX_T
+ROTATE_MAX_T = 128  # (above it every set touches nearly every expert)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--preset", default="deepseek-r1", choices=sorted(PRESETS))
@@ -231,7 +270,15 @@ def main():
             try:
                 run = peer.prepare(x, ids, w)
                 row[f"{name}_block_m"] = peer.block_m
-                row[f"{name}_gemms_ms"] = time_ms(run, args.warmup, args.iters, args.warmup_ms)
+                row[f"{name}_gemms_eager_ms"] = time_ms(run, args.warmup, args.iters, args.warmup_ms)
+                runs = [run]
+                if T <= ROTATE_MAX_T:  # more routing sets, the same T, drawn apart from the torch peers' inputs
+                    set_gen = torch.Generator(device="cuda").manual_seed(1000 + T)
+                    for _ in range(ROTATING_SETS - 1):
+                        ids_i, w_i = route(T, E, k, set_gen)
+                        runs.append(peer.prepare(x, ids_i, w_i))
+                row[f"{name}_routing_sets"] = len(runs)
+                row[f"{name}_gemms_ms"] = time_graphs_ms(runs, args.warmup, args.iters, args.warmup_ms)
             except Exception as exc:  # report, keep the other peers
                 row[f"{name}_gemms_ms"] = None
                 row[f"{name}_gemms_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"

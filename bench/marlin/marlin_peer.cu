@@ -11,15 +11,8 @@
 
 #include "core/scalar_type.hpp"
 
-namespace marlin_moe_wna16 {
-void marlin_mm(const void* A, const void* B, void* C, void* C_tmp, void* b_bias, void* b_s, void* g_s, void* zp,
-               void* sorted_token_ids, void* expert_ids, void* num_tokens_past_padded, void* topk_weights,
-               int moe_block_size, int num_experts, int top_k, bool mul_topk_weights, int prob_m, int prob_n,
-               int prob_k, void* workspace, vllm::ScalarType const& a_type, vllm::ScalarType const& b_type,
-               vllm::ScalarType const& c_type, vllm::ScalarType const& s_type, bool has_bias, bool has_zp,
-               int group_size, int dev, cudaStream_t stream, int thread_k, int thread_n, int sms, int blocks_per_sm,
-               bool use_atomic_add, bool use_fp32_reduce, bool is_zp_float);
-}
+// vLLM's host launcher (ops.cu), declared from its own definition by bench/marlin/build.sh
+#include "marlin_mm_decl.h"
 
 namespace {
 void write_error(char* err, int err_len, const char* msg) {
@@ -47,7 +40,10 @@ extern "C" int fp4moe_marlin_moe_gemm(const void* a, void* c, void* c_tmp, const
       return 1;
     }
     int sms = 0;
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms <= 0) {
+      write_error(err, err_len, "cudaDeviceGetAttribute(cudaDevAttrMultiProcessorCount) failed");
+      return 1;
+    }
     const vllm::ScalarType& s_type = scale_kind == 0 ? vllm::kFE4M3fn : vllm::kFE8M0fnu;
     const int group_size = scale_kind == 0 ? 16 : 32;
     marlin_moe_wna16::marlin_mm(a, b, c, c_tmp, nullptr, const_cast<void*>(b_scales),
@@ -66,6 +62,9 @@ extern "C" int fp4moe_marlin_moe_gemm(const void* a, void* c, void* c_tmp, const
     return 0;
   } catch (const std::exception& ex) {
     write_error(err, err_len, ex.what());
+    return 1;
+  } catch (...) {
+    write_error(err, err_len, "unknown exception from Marlin's launcher");
     return 1;
   }
 }

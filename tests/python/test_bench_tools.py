@@ -223,3 +223,11 @@ def test_compare_with_the_marlin_and_humming_peers(tmp_path):
     assert lines[0].endswith("| Marlin GEMMs only ms | vs Marlin GEMMs | Humming GEMMs only ms | vs Humming GEMMs |")
     assert lines[1].count("---") == lines[0].count("|") - 1
     assert lines[2].endswith("| 12.000 | 1.20x | 9.000 | 0.90x |")
+
+
+def test_marlin_align_caps_the_buffer_with_fewer_pairs_than_experts():
+    # vLLM sizes the rows at pairs * bs when there are fewer pairs than experts
+    sorted_ids, expert_ids, padded = peers_marlin.align_blocks(np.array([[5, 2]]), 8, 8)
+    assert sorted_ids.size == 16 and expert_ids.size == 2
+    assert sorted_ids.tolist() == [1] + [2] * 7 + [0] + [2] * 7
+    assert expert_ids.tolist() == [2, 5] and padded.tolist() == [16]
