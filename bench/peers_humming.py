@@ -1,21 +1,22 @@
 """The Humming peer for bench/peers_torch.py: vLLM's Humming kernels (the `humming-kernels` package on
-PyPI, JIT-compiled GEMMs for quantized weights), which vLLM 0.34 ranks ahead of Marlin for NVFP4 MoE
-weights on Hopper (compute capability 9.0) when the package is installed, as its CUDA requirements
-install it (humming-kernels 0.1.19).
+PyPI, JIT-compiled GEMMs for quantized weights, with a wgmma path), which vLLM 0.34 ranks ahead of
+Marlin for NVFP4 MoE weights on Hopper (compute capability 9.0) when the package is installed, as
+its CUDA requirements install it (humming-kernels 0.1.19).
 
-Timed like the torch peers' GEMMs alone: Humming's "indexed" MoE GEMM1 (gate|up, N = 2I) and GEMM2
-(down) on inputs prepared beforehand: the token blocks aligned as vLLM's moe_align_block_size lays
-them out (bench/peers_marlin.py's `align_blocks`), with the m-block of Humming's own heuristics for
-the batch (what vLLM's HummingExperts take), and GEMM2's input random rows. Not timed: the
-alignment, the activation and vLLM's weighted top-k sum. So this is a lower bound for vLLM's
-Humming MoE layer.
+What is timed: Humming's "indexed" MoE GEMM1 (gate|up, N = 2I) and GEMM2 (down) on inputs prepared
+beforehand: the token blocks aligned as vLLM's moe_align_block_size lays them out
+(bench/peers_marlin.py's `align_blocks`), with the m-block of Humming's own heuristics for the batch
+(what vLLM's HummingExperts take), and GEMM2's input random rows. Not timed: the alignment, the
+activation and vLLM's weighted top-k sum. So this is a lower bound for vLLM's Humming MoE layer.
+peers_torch.py times it (time_graphs_ms: CUDA-graph replays, routing sets in rotation at small T).
 
 The weights are NVFP4 in ModelOpt's layout (uint8 codes, e4m3 scales per 16, an fp32 global scale
 per expert), which Humming converts and repacks once (`transform`), as vLLM loads a ModelOpt
 checkpoint: random codes and scales for the timing (a GEMM's time does not depend on the values).
-Before timing, `check_plumbing` runs both GEMMs on weights whose every code is 1.0 and every scale
-1.0: every output must then be the sum of its input row, which checks the block alignment and the
-row indices fed to Humming (and, here exactly, that its NVFP4 decode of those codes is 1.0).
+Before timing, `check_plumbing` runs both GEMMs on weights whose every code is 1.0, every block
+scale 1.0 and each expert's global scale its own power of two: every output must then be that
+factor times the sum of its input row, which checks the block alignment, the row indices and the
+experts fed to Humming.
 """
 import json
 

@@ -1,18 +1,21 @@
-"""The Marlin peer for bench/peers_torch.py: vLLM's Marlin MoE GEMM, what vLLM runs for NVFP4 (and
-MXFP4) MoE weights on Hopper, built by bench/marlin/build.sh as a library with a C entry point.
+"""The Marlin peer for bench/peers_torch.py: vLLM's Marlin MoE GEMM (mma.sync), built by
+bench/marlin/build.sh as a library with a C entry point. vLLM 0.34 falls back to it for NVFP4 MoE
+on Hopper when Humming (bench/peers_humming.py) is not installed, and ranks it after OpenAI's
+triton_kernels and FlashInfer's CUTLASS path for MXFP4 (gpt-oss).
 
-Timed like the torch peers' GEMMs alone: Marlin's GEMM1 (gate|up, N = 2I) and GEMM2 (down, with the
-router weights applied, as vLLM's fused_marlin_moe does) on inputs prepared beforehand: the token
-blocks aligned to Marlin's m-block as vLLM's moe_align_block_size lays them out, with the block size
-vLLM's fused_marlin_moe picks for the batch, and GEMM2's input random rows. Not timed: the
-alignment, the activation and the top-k sum, which a whole vLLM layer adds. So this is a lower bound
-for vLLM's Marlin MoE layer.
+What is timed: Marlin's GEMM1 (gate|up, N = 2I) and GEMM2 (down, with the router weights applied,
+as vLLM's fused_marlin_moe does) on inputs prepared beforehand: the token blocks aligned to Marlin's
+m-block as vLLM's moe_align_block_size lays them out, with the block size vLLM's fused_marlin_moe
+picks for the batch, and GEMM2's input random rows. Not timed: the alignment, the activation and
+the top-k sum, which a whole vLLM layer adds. So this is a lower bound for vLLM's Marlin MoE layer.
+peers_torch.py times it (time_graphs_ms: CUDA-graph replays, routing sets in rotation at small T).
 
 The timed weights are random codes and scales in Marlin's shapes (a GEMM's time does not depend on
 the values). Before timing, `check_plumbing` runs both GEMMs on weights whose every code is 1.0 and
-whose every scale is the same byte: every output is then one constant times a sum of its input row,
-whatever Marlin's tile permutation, so it checks that the block alignment, the row indices and the
-router weights reach the kernel as meant. It does not check Marlin's numerics.
+whose scale is a power of two per expert: every output is then one constant times its expert's
+factor times a sum of its input row, whatever Marlin's tile permutation. So it checks that the
+block alignment, the row indices, the experts and the router weights reach the kernel as meant. It
+does not check Marlin's numerics beyond that.
 
 The alignment (`block_size_m`, `align_blocks`) is plain numpy so that tests can run without a GPU.
 """
