@@ -6,7 +6,9 @@
 #               test_parallel_gpu is in the parallel section)
 #   memcheck    compute-sanitizer memcheck on the GPU tests (racecheck too with FP4MOE_RACECHECK=1)
 #   bench       fp4moe-bench per preset in "$@" (default deepseek-r1), args FP4MOE_BENCH_ARGS
-#   peers       bench/peers_torch.py on the same presets and tokens, then bench/compare.py
+#   peers       bench/peers_torch.py on the same presets and tokens, then bench/compare.py; with the
+#               Marlin peer when staged (FP4MOE_STAGE_MARLIN=1), more arguments in FP4MOE_PEERS_ARGS
+#               (--humming: run gpu-lib's gpu_humming_env first), its limit FP4MOE_PEERS_TIMEOUT (300 s)
 #   python      builds the wheel there (pip, carried build deps), pytest tests/python (the 2-GPU
 #               ParallelMoE tests where there are 2 GPUs), the example; FP4MOE_PYTEST_K (a pytest -k
 #               expression) runs only the matching tests of test_gpu.py, without the example

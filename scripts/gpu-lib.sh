@@ -16,6 +16,7 @@
 #   gpu_sanitize memcheck 200; gpu_sanitize racecheck 200
 #   gpu_python                                 # the Python package built there, pytest, the example
 #   gpu_deepseek_sweep                         # the first of them: DeepSeek-R1 with the peers (~105 s)
+#   gpu_humming_env                            # the Humming peer's wheels (FP4MOE_STAGE_HUMMING=1)
 #   gpu_tables                                 # the README's tables (~300 s)
 #   gpu_pack all
 #
