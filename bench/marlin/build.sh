@@ -23,6 +23,17 @@ nvcc="${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
 jobs="${FP4MOE_MARLIN_JOBS:-$(nproc)}"
 
 mkdir -p "$out"
+# Up to date when the library was built from these inputs (this script, our sources, the kinds, the
+# compiler); FP4MOE_MARLIN_REBUILD=1 builds anyway.
+stamp="$out/inputs.sha256"
+inputs=$( (cat "$0" "$here/marlin_peer.cu" "$here"/shim/torch/headeronly/util/Exception.h; echo "$kinds";
+           "$nvcc" --version) | sha256sum | cut -d' ' -f1)
+if [[ "${FP4MOE_MARLIN_REBUILD:-0}" != 1 && -f "$out/libfp4moe_marlin_peer.so" && -f "$stamp" &&
+      "$(cat "$stamp")" == "$inputs" ]]; then
+  echo "$out/libfp4moe_marlin_peer.so is up to date (FP4MOE_MARLIN_REBUILD=1 to rebuild)"
+  exit 0
+fi
+rm -f "$stamp"
 tarball="$out/vllm-$version.tar.gz"
 if [[ ! -f "$tarball" ]] || ! echo "$sha256  $tarball" | sha256sum -c --status; then
   echo "fetching vllm-$version.tar.gz from PyPI"
@@ -106,4 +117,5 @@ start=$SECONDS
 printf '%s\n' "${sources[@]}" | xargs -P "$jobs" -I{} sh -c \
   'f="$1"; shift; o="$(basename "$f" .cu).o"; "$@" -c "$f" -o "'"$gen"'/$o" || exit 255' _ {} "$nvcc" "${flags[@]}"
 "$nvcc" -shared -cudart static -Xlinker --no-undefined -o "$out/libfp4moe_marlin_peer.so" "$gen"/*.o
+echo "$inputs" > "$stamp"
 echo "built $out/libfp4moe_marlin_peer.so in $((SECONDS - start)) s (vLLM $version, kinds: $kinds)"
