@@ -55,8 +55,8 @@ class HummingPeer:
             return torch.full(shape, 0x22, device="cuda", dtype=torch.uint8)  # two codes of 1.0
         if dtype == torch.float8_e4m3fn:
             return torch.full(shape, 1.0, device="cuda", dtype=torch.float32).to(dtype)
-        # the global scales: 2^(e % 4) for expert e (check_plumbing)
-        return (2.0 ** (torch.arange(self.E, device="cuda") % 4)).to(dtype).reshape(shape)
+        # the global scales: 2^(e % 8) for expert e (check_plumbing)
+        return (2.0 ** (torch.arange(self.E, device="cuda") % 8)).to(dtype).reshape(shape)
 
     def _layers(self, make):
         """GEMM1's and GEMM2's layers, loaded with make(shape, dtype) per ModelOpt tensor and
@@ -112,7 +112,7 @@ class HummingPeer:
         return run
 
     def check_plumbing(self, x, ids, w):
-        """Both GEMMs on weights of code 1.0, block scale 1.0 and global scale f(e) = 2^(e % 4) for
+        """Both GEMMs on weights of code 1.0, block scale 1.0 and global scale f(e) = 2^(e % 8) for
         expert e: GEMM1's row of pair p must be c1 * f(e(p)) * sum(x[p // k]) in every column, GEMM2's
         c2 * f(e(p)) * sum(a2[p]) (c1 = c2 = 1 if Humming decodes these exactly). Raises on a
         mismatch."""
@@ -123,7 +123,7 @@ class HummingPeer:
         a2 = torch.randn(T * self.k, self.I, device="cuda", dtype=torch.bfloat16)
         h1, out = self.prepare(x, ids, w, layers=self._uniform, poison=True, a2=a2)()
         torch.cuda.synchronize()
-        f = (2.0 ** (ids.reshape(-1).long() % 4)).float()
+        f = (2.0 ** (ids.reshape(-1).long() % 8)).float()
         want1 = (f * x.float().sum(dim=1).repeat_interleave(self.k))[:, None].expand(-1, 2 * self.I)
         want2 = (f * a2.float().sum(dim=1))[:, None].expand(-1, self.H)
         c1 = peers_marlin.check_proportional("Humming", "GEMM1", h1.float(), want1,

@@ -190,21 +190,21 @@ class MarlinPeer:
         return run
 
     def check_plumbing(self, x, ids, w):
-        """Both GEMMs on weights of one code (1.0) whose scale is 2^(e % 4) times a constant for
+        """Both GEMMs on weights of one code (1.0) whose scale is 2^(e % 8) times a constant for
         expert e (by the global scale for NVFP4, the block scales for MXFP4): GEMM1's row of pair p
         must be c1 * f(p) * sum(x[p // k]) in every column, GEMM2's c2 * f(p) * w[p] * sum(a2[p]),
-        where f(p) = 2^(e(p) % 4) for the expert e(p) of pair p. So a row read from the wrong token,
+        where f(p) = 2^(e(p) % 8) for the expert e(p) of pair p. So a row read from the wrong token,
         written to the wrong place, skipped, or multiplied by another expert's weights shows.
         Raises on a mismatch."""
         torch = self.torch
-        factor = 2.0 ** (torch.arange(self.E, device="cuda") % 4).float()
+        factor = 2.0 ** (torch.arange(self.E, device="cuda") % 8).float()
         if self._uniform is None:  # made once: the size of the weights
             one = 0x22222222  # eight e2m1 codes of 1.0
             if self.kind == "nvfp4":  # scale 2^8 (S0E5M3, as above), global scale per expert
                 s13, s2 = torch.full_like(self.s13, 0xB8), torch.full_like(self.s2, 0xB8)
                 g = self.g13 * factor
-            else:  # e8m0 scales 2^(e % 4)
-                byte = (127 + torch.arange(self.E, device="cuda") % 4).to(torch.uint8)[:, None, None]
+            else:  # e8m0 scales 2^(e % 8)
+                byte = (127 + torch.arange(self.E, device="cuda") % 8).to(torch.uint8)[:, None, None]
                 s13, s2 = byte.expand_as(self.s13).contiguous(), byte.expand_as(self.s2).contiguous()
                 g = self.g13
             self._uniform = (torch.full_like(self.w13, one), s13, g, torch.full_like(self.w2, one), s2, g.clone())
@@ -224,8 +224,9 @@ class MarlinPeer:
 
 def check_proportional(peer, what, got, want, magnitude):
     """A peer's GEMM output against c * want for one constant c (least squares), each element
-    within 4e-3 of |c| times its row's magnitude (the sum of |terms|, which bounds the output: a bf16
-    output rounds within 2^-9 of it, and an fp32 sum adds far less); finite and not all zero.
+    within 8e-3 of |c| times its row's magnitude (the sum of |terms|, which bounds the output: a bf16
+    output rounds within 2^-8 of itself, so within 2^-8 of that bound, and an fp32 sum adds far
+    less; 8e-3 leaves twice that); finite and not all zero.
     Returns c; raises RuntimeError naming the peer."""
     import torch
 
@@ -238,7 +239,7 @@ def check_proportional(peer, what, got, want, magnitude):
     c = float((got * want).sum() / (want * want).sum())
     err = (got - c * want).abs() / (abs(c) * magnitude[:, None] + 1e-30)
     worst = float(err.max())
-    if worst > 4e-3:
+    if worst > 8e-3:
         raise RuntimeError(f"{peer} {what} check: output off c * rowsum by {worst:.3g} of the row's magnitude "
                            f"(c = {c:.4g})")
     return c

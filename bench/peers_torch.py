@@ -263,7 +263,9 @@ def main():
             # (timed whatever the check says, which the row records: the time does not depend on
             # the values, and compare.py marks a time whose check did not pass)
             try:
-                peer.check_plumbing(x, ids, w)
+                # (the fitted constants, GEMM1's and GEMM2's: a single routed row cannot tell its
+                # expert from them, see peers_marlin.check_proportional)
+                row[f"{name}_check_c"] = list(peer.check_plumbing(x, ids, w))
                 row[f"{name}_check"] = "passed"
             except Exception as exc:
                 row[f"{name}_check"] = f"failed: {type(exc).__name__}: {str(exc)[:300]}"

@@ -182,8 +182,9 @@ gpu_check() {
 
 # gpu_deepseek_sweep [TIMEOUT]: the first of the README's tables (gpu_tables below), the DeepSeek-R1
 # sweep (T = 1-8192) with --check and the torch peers (whole layers and their GEMMs alone), into
-# $OUT/tables_deepseek; ~105 s on a warm H200 (session 37's run 2, which spelled it out). Returns
-# gpu-check's status.
+# $OUT/tables_deepseek; ~105 s on a warm H200 (session 37's run 2, which spelled it out). Marlin
+# too when staged, Humming with `export FP4MOE_PEERS_ARGS=--humming` after gpu_humming_env (give
+# it a longer TIMEOUT; gpu_tables gives 360 s). Returns gpu-check's status.
 gpu_deepseek_sweep() {
   local s=$SECONDS rc
   FP4MOE_SECTIONS="bench peers" FP4MOE_TOKENS=1,8,32,128,512,2048,4096,8192 OUT=$out/tables_deepseek \
@@ -199,7 +200,7 @@ gpu_deepseek_sweep() {
 # preset with --check, DeepSeek-R1 w4a4. Each part's files go to $OUT/tables_*, its table lines to
 # the log. (Written after run 6, from its script; first used by the next table run.)
 gpu_tables() {
-  gpu_deepseek_sweep 240
+  gpu_deepseek_sweep 360
   local s=$SECONDS
   FP4MOE_SECTIONS=bench FP4MOE_TOKENS=1,8,16,128,4096,16384 OUT=$out/tables_presets timeout 300 \
     scripts/gpu-check.sh qwen3-30b-a3b qwen3-235b-a22b gpt-oss-120b gpt-oss-20b llama4-scout llama4-maverick \
@@ -218,12 +219,14 @@ gpu_tables() {
 # and exports PYTHONPATH and CUDA_HOME for the peers' --humming; logs the version or the failure.
 gpu_humming_env() {
   local s=$SECONDS rc
-  python3 -m pip install -q --no-index --no-deps --target /tmp/fp4moe-humming gpubin/humming-wheels/*.whl \
-    > "$out/humming_install.txt" 2>&1
+  # (--upgrade: a folder left by an earlier call is replaced, not kept; the JIT compiler is the
+  # image's CUDA toolkit, where vLLM's humming-kernels[cu13] would bring pip's nvcc)
+  python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/fp4moe-humming \
+    gpubin/humming-wheels/*.whl > "$out/humming_install.txt" 2>&1
+  rc=$?
   export PYTHONPATH=/tmp/fp4moe-humming${PYTHONPATH:+:$PYTHONPATH}
   export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-  python3 -c "import humming; print('humming', humming.__version__)" >> "$out/humming_install.txt" 2>&1
-  rc=$?
+  [ $rc = 0 ] && { python3 -c "import humming; print('humming', humming.__version__)" >> "$out/humming_install.txt" 2>&1; rc=$?; }
   _gpu_step "humming install" $rc $((SECONDS - s))
   tail -3 "$out/humming_install.txt" >> "$log"
   return $rc

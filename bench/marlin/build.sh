@@ -20,6 +20,7 @@ version=0.34.0
 url="https://files.pythonhosted.org/packages/92/21/6e0b077dc4a0b28f5a8ce8bb352a38d7196650d681fd4faa87f8dc622eff/vllm-$version.tar.gz"
 sha256=fcad848b246a9d8652b47e6425af92334dc02492f9802720f54e27b823cf0113
 nvcc="${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
+command -v "$nvcc" > /dev/null || { echo "build.sh: no nvcc at '$nvcc' (set NVCC or put nvcc on PATH)" >&2; exit 1; }
 jobs="${FP4MOE_MARLIN_JOBS:-$(nproc)}"
 
 mkdir -p "$out"
@@ -54,7 +55,9 @@ gen="$out/gen"
 rm -rf "$gen"
 mkdir -p "$gen"
 
-# The kernels to instantiate and the selector that ops.cu includes, for the chosen kinds; the
+# The kernels to instantiate and the selector that ops.cu includes, for the chosen kinds (the same
+# template arguments and selector conditions as vLLM's csrc/quantization/marlin/generate_kernels.py,
+# Apache-2.0, gives for these types: checked against its output for arch 9.0 in session 38); the
 # host launcher without its PyTorch wrapper (everything after marlin_mm).
 python3 - "$moe" "$gen" $kinds <<'PY'
 import pathlib, sys
