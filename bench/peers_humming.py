@@ -55,8 +55,8 @@ class HummingPeer:
             return torch.full(shape, 0x22, device="cuda", dtype=torch.uint8)  # two codes of 1.0
         if dtype == torch.float8_e4m3fn:
             return torch.full(shape, 1.0, device="cuda", dtype=torch.float32).to(dtype)
-        # the global scales: 2^(e % 8) for expert e (check_plumbing)
-        return (2.0 ** (torch.arange(self.E, device="cuda") % 8)).to(dtype).reshape(shape)
+        # the global scales: the checks' factor of each expert (check_plumbing)
+        return peers_marlin.expert_factors(self.E).to(dtype).reshape(shape)
 
     def _layers(self, make):
         """GEMM1's and GEMM2's layers, loaded with make(shape, dtype) per ModelOpt tensor and
@@ -89,11 +89,14 @@ class HummingPeer:
         T = x.shape[0]
         m = T * self.k
         host_ids = ids.cpu().numpy()
-        args, self.block_m = [], []
+        args, self.block_m, aligned = [], [], {}
         for layer, top_k in ((w13, self.k), (w2, 1)):
             bs, tuning = self.block_size(layer, m)
             self.block_m.append(bs)
-            blocks = tuple(torch.from_numpy(h).to("cuda") for h in peers_marlin.align_blocks(host_ids, self.E, bs))
+            if bs not in aligned:  # (GEMM2 aligns again only with another block, as vLLM does)
+                aligned[bs] = tuple(torch.from_numpy(h).to("cuda")
+                                    for h in peers_marlin.align_blocks(host_ids, self.E, bs))
+            blocks = aligned[bs]
             args.append(dict(sorted_ids=blocks[0], expert_ids=blocks[1], num_tokens_padded=blocks[2], top_k=top_k,
                              valid_shape_m=m, compute_config=self.compute_config, tuning_config=tuning))
         h1 = torch.empty(m, 2 * self.I, device="cuda", dtype=torch.bfloat16)
@@ -122,12 +125,4 @@ class HummingPeer:
         T = x.shape[0]
         a2 = torch.randn(T * self.k, self.I, device="cuda", dtype=torch.bfloat16)
         h1, out = self.prepare(x, ids, w, layers=self._uniform, poison=True, a2=a2)()
-        torch.cuda.synchronize()
-        f = (2.0 ** (ids.reshape(-1).long() % 8)).float()
-        want1 = (f * x.float().sum(dim=1).repeat_interleave(self.k))[:, None].expand(-1, 2 * self.I)
-        want2 = (f * a2.float().sum(dim=1))[:, None].expand(-1, self.H)
-        c1 = peers_marlin.check_proportional("Humming", "GEMM1", h1.float(), want1,
-                                             f * x.float().abs().sum(dim=1).repeat_interleave(self.k))
-        c2 = peers_marlin.check_proportional("Humming", "GEMM2", out.float(), want2,
-                                             f * a2.float().abs().sum(dim=1))
-        return c1, c2
+        return peers_marlin.check_gemm_pair("Humming", x, ids, self.k, h1, out, a2)

@@ -197,29 +197,52 @@ class MarlinPeer:
         written to the wrong place, skipped, or multiplied by another expert's weights shows.
         Raises on a mismatch."""
         torch = self.torch
-        factor = 2.0 ** (torch.arange(self.E, device="cuda") % 8).float()
+        factor = expert_factors(self.E)
         if self._uniform is None:  # made once: the size of the weights
             one = 0x22222222  # eight e2m1 codes of 1.0
             if self.kind == "nvfp4":  # scale 2^8 (S0E5M3, as above), global scale per expert
                 s13, s2 = torch.full_like(self.s13, 0xB8), torch.full_like(self.s2, 0xB8)
                 g = self.g13 * factor
             else:  # e8m0 scales 2^(e % 8)
-                byte = (127 + torch.arange(self.E, device="cuda") % 8).to(torch.uint8)[:, None, None]
+                byte = (127 + torch.log2(factor)).to(torch.uint8)[:, None, None]
                 s13, s2 = byte.expand_as(self.s13).contiguous(), byte.expand_as(self.s2).contiguous()
                 g = self.g13
             self._uniform = (torch.full_like(self.w13, one), s13, g, torch.full_like(self.w2, one), s2, g.clone())
         T = x.shape[0]
         a2 = torch.randn(T * self.k, self.Ip, device="cuda", dtype=torch.bfloat16)
         h1, out = self.prepare(x, ids, w, weights=self._uniform, poison=True, a2=a2)()
+        return check_gemm_pair("Marlin", x, ids, self.k, h1, out, a2, router=w)
+
+
+def expert_factors(experts, device="cuda"):
+    """The checks' factor of each expert e, 2^(e % 8) (float32): both peers scale their uniform
+    weights by it, and check_gemm_pair expects it in every output row."""
+    import torch
+
+    return 2.0 ** (torch.arange(experts, device=device) % 8).float()
+
+
+def check_gemm_pair(peer, x, ids, top_k, h1, out, a2, router=None):
+    """A peer's GEMM1 and GEMM2 outputs from the uniform weights of its check_plumbing: GEMM1's row of
+    pair p must be c1 * f(p) * sum(x[p // top_k]) in every column, GEMM2's c2 * f(p) * sum(a2[p])
+    (times the router weight w[p] where GEMM2 applies it, `router`), f(p) = expert_factors[e(p)] for
+    the expert e(p) of pair p. Waits for the GPU; returns (c1, c2), raises on a mismatch. The bound
+    is relative to each row's sum of magnitudes (check_proportional), so one wrong row among many
+    passes when its sum is near zero or near the right row's; a wrong layout, which moves many
+    rows, does not. The constants are fitted: with a single row, a wrong expert passes too."""
+    import torch
+
+    if h1.is_cuda:
         torch.cuda.synchronize()
-        f = factor[ids.reshape(-1).long()]
-        want1 = (f * x.float().sum(dim=1).repeat_interleave(self.k))[:, None].expand(-1, 2 * self.Ip)
-        want2 = (f * w.float().reshape(-1) * a2.float().sum(dim=1))[:, None].expand(-1, self.Hp)
-        c1 = check_proportional("Marlin", "GEMM1", h1.float(), want1,
-                                f * x.float().abs().sum(dim=1).repeat_interleave(self.k))
-        c2 = check_proportional("Marlin", "GEMM2", out.float(), want2,
-                                f * w.float().reshape(-1) * a2.float().abs().sum(dim=1))
-        return c1, c2
+    flat = ids.reshape(-1).long()
+    f = expert_factors(int(flat.max()) + 1, flat.device)[flat]
+    f2 = f if router is None else f * router.float().reshape(-1)
+    xs, a2 = x.float(), a2.float()
+    c1 = check_proportional(peer, "GEMM1", h1.float(), (f * xs.sum(dim=1).repeat_interleave(top_k))[:, None].expand_as(h1),
+                            f * xs.abs().sum(dim=1).repeat_interleave(top_k))
+    c2 = check_proportional(peer, "GEMM2", out.float(), (f2 * a2.sum(dim=1))[:, None].expand_as(out),
+                            f2 * a2.abs().sum(dim=1))
+    return c1, c2
 
 
 def check_proportional(peer, what, got, want, magnitude):

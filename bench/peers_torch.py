@@ -117,6 +117,11 @@ def gemms_fp8(xq_sx, aq_sa, offs, w13q, s13, w2q, s2):
     torch._scaled_grouped_mm(aq, w2q.transpose(1, 2), sa, s2, offs=offs, out_dtype=torch.bfloat16)
 
 
+def describe(exc):
+    """A failure as a row records it: its type and the first 300 characters of its message."""
+    return f"{type(exc).__name__}: {str(exc)[:300]}"
+
+
 def time_ms(fn, warmup, iters, warmup_ms):
     # at least `warmup` calls and `warmup_ms` of wall time (synchronized every 8 calls), as
     # fp4moe-bench warms up: a loaded H200 runs at its power cap, with a lower SM clock
@@ -200,7 +205,7 @@ def main():
                                               torch.Generator(device="cuda").manual_seed(1))
             marlin_info["H"], marlin_info["I"] = marlin.Hp, marlin.Ip  # as vLLM pads them for Marlin
         except Exception as exc:  # report, keep the torch peers
-            marlin_info["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            marlin_info["error"] = describe(exc)
             print(f"peers_torch.py: Marlin peer unavailable: {marlin_info['error']}", file=sys.stderr)
     humming, humming_info = None, None
     if args.humming:
@@ -215,7 +220,7 @@ def main():
             humming = peers_humming.HummingPeer(H, I, E, k, torch.Generator(device="cuda").manual_seed(2))
         except Exception as exc:  # report, keep the other peers
             humming = None
-            humming_info["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            humming_info["error"] = describe(exc)
             print(f"peers_torch.py: Humming peer unavailable: {humming_info['error']}", file=sys.stderr)
     extra_peers = [(name, peer) for name, peer in (("marlin", marlin), ("humming", humming)) if peer is not None]
     w13 = (torch.randn(E, 2 * I, H, device="cuda", dtype=torch.bfloat16, generator=gen) / H**0.5)
@@ -258,7 +263,7 @@ def main():
                 row[name] = time_ms(make(), args.warmup, args.iters, args.warmup_ms)
             except Exception as exc:  # report, keep the other peers
                 row[name] = None
-                row[name.replace("_ms", "_error")] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                row[name.replace("_ms", "_error")] = describe(exc)
         for name, peer in extra_peers:
             # (timed whatever the check says, which the row records: the time does not depend on
             # the values, and compare.py marks a time whose check did not pass)
@@ -268,7 +273,7 @@ def main():
                 row[f"{name}_check_c"] = list(peer.check_plumbing(x, ids, w))
                 row[f"{name}_check"] = "passed"
             except Exception as exc:
-                row[f"{name}_check"] = f"failed: {type(exc).__name__}: {str(exc)[:300]}"
+                row[f"{name}_check"] = "failed: " + describe(exc)
             try:
                 run = peer.prepare(x, ids, w)
                 row[f"{name}_block_m"] = peer.block_m
@@ -283,7 +288,7 @@ def main():
                 row[f"{name}_gemms_ms"] = time_graphs_ms(runs, args.warmup, args.iters, args.warmup_ms)
             except Exception as exc:  # report, keep the other peers
                 row[f"{name}_gemms_ms"] = None
-                row[f"{name}_gemms_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                row[f"{name}_gemms_error"] = describe(exc)
         rows.append(row)
         print(json.dumps(row), flush=True)
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -231,3 +231,35 @@ def test_marlin_align_caps_the_buffer_with_fewer_pairs_than_experts():
     assert sorted_ids.size == 16 and expert_ids.size == 2
     assert sorted_ids.tolist() == [1] + [2] * 7 + [0] + [2] * 7
     assert expert_ids.tolist() == [2, 5] and padded.tolist() == [16]
+
+
+def test_peer_check_catches_a_moved_row_or_expert():
+    # the peers' plumbing check (peers_marlin.check_gemm_pair) on outputs made by its own model, on
+    # the CPU: it passes them, with the constants they were made with, and refuses two rows swapped,
+    # one row of another expert's factor, and GEMM2 outputs without the router weights it was told of.
+    # (Inputs of mean 1, and token 1's three times token 0's: row sums far from zero and from each other.
+    # The check bounds each row by its sum of magnitudes, so one wrong row whose sum is near zero,
+    # or near the right row's, can pass: see its docstring.)
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
+    tokens, top_k, experts, hidden, inter = 5, 4, 32, 256, 128
+    ids = torch.stack([torch.randperm(experts, generator=gen)[:top_k] for _ in range(tokens)]).int()
+    w = torch.softmax(torch.randn(tokens, top_k, generator=gen), 1)
+    x = torch.randn(tokens, hidden, generator=gen) + 1
+    x[1] = 3 * x[0]  # (3: no ratio of two experts' factors, powers of two, undoes it)
+    x = x.bfloat16()
+    a2 = torch.randn(tokens * top_k, inter, generator=gen).bfloat16()
+    f = peers_marlin.expert_factors(experts, "cpu")[ids.reshape(-1).long()]
+    h1 = (0.375 * f * x.float().sum(1).repeat_interleave(top_k))[:, None].expand(-1, 2 * inter).bfloat16()
+    out = (1.5 * f * w.reshape(-1) * a2.float().sum(1))[:, None].expand(-1, hidden).bfloat16()
+    c1, c2 = peers_marlin.check_gemm_pair("test", x, ids, top_k, h1, out, a2, router=w)
+    assert abs(c1 - 0.375) < 0.375 * 1e-2 and abs(c2 - 1.5) < 1.5 * 1e-2
+    swapped = h1.clone()
+    swapped[[0, top_k + 1]] = swapped[[top_k + 1, 0]]  # rows of two tokens
+    doubled = h1.clone()
+    doubled[3] *= 2  # one pair scaled as another expert would be
+    for bad in (swapped, doubled):
+        with pytest.raises(RuntimeError, match="test GEMM1 check"):
+            peers_marlin.check_gemm_pair("test", x, ids, top_k, bad, out, a2, router=w)
+    with pytest.raises(RuntimeError, match="test GEMM2 check"):
+        peers_marlin.check_gemm_pair("test", x, ids, top_k, h1, out, a2)
