@@ -23,11 +23,13 @@ def main(ours_path, peers_path):
     if gemms:
         head += " bf16 GEMMs only ms | fp8 GEMMs only ms | vs fp8 GEMMs |"
     # vLLM's Marlin and Humming MoE GEMMs alone (peers_torch.py --marlin-lib / --humming, from
-    # session 38 on)
-    extra = [(key, label) for key, label in (("marlin", "Marlin"), ("humming", "Humming"))
-             if any(f"{key}_gemms_ms" in p for p in peers.values())]
-    for _, label in extra:
-        head += f" {label} GEMMs only ms | vs {label} GEMMs |"
+    # session 38 on), triton_kernels' layer and its GEMMs alone (--triton, from session 39 on)
+    extra = [(peer, what, label) for peer, what, label in
+             (("marlin", "gemms", "Marlin GEMMs"), ("humming", "gemms", "Humming GEMMs"),
+              ("triton", "layer", "triton_kernels layer"), ("triton", "gemms", "triton_kernels GEMMs"))
+             if any(f"{peer}_{what}_ms" in p for p in peers.values())]
+    for _, what, label in extra:
+        head += f" {label}{' only' if what == 'gemms' else ''} ms | vs {label} |"
     print(head)
     print("|---" * (head.count("|") - 1) + "|")
     for r in ours["rows"]:
@@ -41,9 +43,9 @@ def main(ours_path, peers_path):
         if gemms:
             bg, fg = p.get("bf16_gemms_ms"), p.get("fp8_gemms_ms")
             line += f" {fmt(bg)} | {fmt(fg)} | {sp(fg)} |"
-        for key, _ in extra:
-            ms = p.get(f"{key}_gemms_ms")
-            flag = "" if p.get(f"{key}_check", "passed") == "passed" or not ms else " (check failed)"
+        for peer, what, _ in extra:
+            ms = p.get(f"{peer}_{what}_ms")
+            flag = "" if p.get(f"{peer}_check", "passed") == "passed" or not ms else " (check failed)"
             line += f" {fmt(ms)}{flag} | {sp(ms)} |"
         print(line)
 

@@ -25,7 +25,7 @@ import peers_marlin
 WEIGHT_CONFIG = {"quant_method": "modelopt", "quant_algo": "NVFP4"}
 
 
-class HummingPeer:
+class HummingPeer(peers_marlin.GemmsPeer):
     """Humming's two MoE GEMMs for one preset (H, I, E, top-k), NVFP4 weights."""
 
     def __init__(self, H, I, E, k, gen):

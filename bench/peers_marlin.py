@@ -107,7 +107,25 @@ class MarlinLib:
                                f"{err.value.decode(errors='replace')}")
 
 
-class MarlinPeer:
+class GemmsPeer:
+    """What peers_torch.py asks of an extra peer: `timed`, pairs (what, prepare) where prepare(x, ids,
+    w) returns the function to time (recorded as <peer>_<what>_ms), `check(x, ids, w)`, which raises
+    on a mismatch and returns more fields for the row, and `block_m` (None when not known). Marlin's
+    and Humming's: their two GEMMs (prepare), checked by their check_plumbing."""
+
+    block_m = None
+
+    @property
+    def timed(self):
+        return (("gemms", self.prepare),)
+
+    def check(self, x, ids, w):
+        # (the fitted constants, GEMM1's and GEMM2's: a single routed row cannot tell its expert from
+        # them, see check_proportional)
+        return {"check_c": list(self.check_plumbing(x, ids, w))}
+
+
+class MarlinPeer(GemmsPeer):
     """Marlin's two MoE GEMMs for one preset (H, I, E, top-k) and weight kind."""
 
     def __init__(self, lib, H, I, E, k, kind, gen):

@@ -14,9 +14,12 @@ inside the timed region. That is a lower bound for any layer built on those GEMM
 its permute, activation and combine.
 With --marlin-lib, also vLLM's Marlin MoE GEMMs alone (`marlin_gemms_ms`; bench/peers_marlin.py),
 and with --humming, vLLM's Humming MoE GEMMs alone (`humming_gemms_ms`; bench/peers_humming.py,
-NVFP4 presets only), each after a check of how its inputs are laid out (`*_check`). These two are
-timed as fp4moe-bench times its graph replays (time_graphs_ms: CUDA graphs, routing sets in
-rotation at T <= 128), and also eagerly on the first set (`*_gemms_eager_ms`).
+NVFP4 presets only), each after a check of how its inputs are laid out (`*_check`). With --triton,
+also OpenAI's triton_kernels MoE that vLLM runs for gpt-oss on Hopper (bench/peers_triton.py, MXFP4
+presets only): a whole layer from routing to the top-k sum (`triton_layer_ms`) and its two matmul_ogs
+calls alone (`triton_gemms_ms`), after a check against a reference of its own numerics. These extra
+peers are timed as fp4moe-bench times its graph replays (time_graphs_ms: CUDA graphs, routing sets in
+rotation at T <= 128), and also eagerly on the first set (`*_eager_ms`).
 Timed with CUDA events after a warm-up of at least --warmup calls and --warmup-ms milliseconds,
 median of --iters. Writes JSON (--json).
 """
@@ -192,6 +195,9 @@ def main():
                     "(bench/marlin/build.sh; 'default' for build/marlin-peer)")
     ap.add_argument("--humming", action="store_true",
                     help="also time vLLM's Humming MoE GEMMs (the humming-kernels package must be importable)")
+    ap.add_argument("--triton", action="store_true",
+                    help="also time triton_kernels' MoE layer, vLLM's for gpt-oss on Hopper (triton_kernels must be "
+                    "importable: bench/triton/fetch.sh)")
     args = ap.parse_args()
     H, I, E, k = PRESETS[args.preset]
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -222,7 +228,25 @@ def main():
             humming = None
             humming_info["error"] = describe(exc)
             print(f"peers_torch.py: Humming peer unavailable: {humming_info['error']}", file=sys.stderr)
-    extra_peers = [(name, peer) for name, peer in (("marlin", marlin), ("humming", humming)) if peer is not None]
+    triton, triton_info = None, None
+    if args.triton:
+        triton_info = {"kind": "mxfp4 (gpt-oss checkpoint layout)"}
+        try:
+            if args.preset not in MXFP4_PRESETS:
+                raise ValueError(f"the triton_kernels peer runs MXFP4 weights (gpt-oss) only; {args.preset} is NVFP4")
+            import peers_triton
+            import triton as triton_lang
+            import triton_kernels
+
+            triton_info["triton"] = triton_lang.__version__
+            triton_info["triton_kernels"] = os.path.dirname(os.path.abspath(triton_kernels.__file__))
+            triton = peers_triton.TritonPeer(H, I, E, k, torch.Generator(device="cuda").manual_seed(3))
+        except Exception as exc:  # report, keep the other peers
+            triton = None
+            triton_info["error"] = describe(exc)
+            print(f"peers_torch.py: triton_kernels peer unavailable: {triton_info['error']}", file=sys.stderr)
+    extra_peers = [(name, peer) for name, peer in (("marlin", marlin), ("humming", humming), ("triton", triton))
+                   if peer is not None]
     w13 = (torch.randn(E, 2 * I, H, device="cuda", dtype=torch.bfloat16, generator=gen) / H**0.5)
     w2 = (torch.randn(E, H, I, device="cuda", dtype=torch.bfloat16, generator=gen) / I**0.5)
     s13 = w13.abs().amax(dim=2).float() / 448.0
@@ -268,27 +292,28 @@ def main():
             # (timed whatever the check says, which the row records: the time does not depend on
             # the values, and compare.py marks a time whose check did not pass)
             try:
-                # (the fitted constants, GEMM1's and GEMM2's: a single routed row cannot tell its
-                # expert from them, see peers_marlin.check_proportional)
-                row[f"{name}_check_c"] = list(peer.check_plumbing(x, ids, w))
+                row.update({f"{name}_{key}": value for key, value in peer.check(x, ids, w).items()})
                 row[f"{name}_check"] = "passed"
             except Exception as exc:
                 row[f"{name}_check"] = "failed: " + describe(exc)
-            try:
-                run = peer.prepare(x, ids, w)
-                row[f"{name}_block_m"] = peer.block_m
-                row[f"{name}_gemms_eager_ms"] = time_ms(run, args.warmup, args.iters, args.warmup_ms)
-                runs = [run]
-                if T <= ROTATE_MAX_T:  # more routing sets, the same T, drawn apart from the torch peers' inputs
-                    set_gen = torch.Generator(device="cuda").manual_seed(1000 + T)
-                    for _ in range(ROTATING_SETS - 1):
-                        ids_i, w_i = route(T, E, k, set_gen)
-                        runs.append(peer.prepare(x, ids_i, w_i))
-                row[f"{name}_routing_sets"] = len(runs)
-                row[f"{name}_gemms_ms"] = time_graphs_ms(runs, args.warmup, args.iters, args.warmup_ms)
-            except Exception as exc:  # report, keep the other peers
-                row[f"{name}_gemms_ms"] = None
-                row[f"{name}_gemms_error"] = describe(exc)
+            for what, prepare in peer.timed:
+                key = f"{name}_{what}"
+                try:
+                    run = prepare(x, ids, w)
+                    if peer.block_m is not None:
+                        row[f"{name}_block_m"] = peer.block_m
+                    row[f"{key}_eager_ms"] = time_ms(run, args.warmup, args.iters, args.warmup_ms)
+                    runs = [run]
+                    if T <= ROTATE_MAX_T:  # more routing sets, the same T, drawn apart from the torch peers' inputs
+                        set_gen = torch.Generator(device="cuda").manual_seed(1000 + T)
+                        for _ in range(ROTATING_SETS - 1):
+                            ids_i, w_i = route(T, E, k, set_gen)
+                            runs.append(prepare(x, ids_i, w_i))
+                    row[f"{name}_routing_sets"] = len(runs)
+                    row[f"{key}_ms"] = time_graphs_ms(runs, args.warmup, args.iters, args.warmup_ms)
+                except Exception as exc:  # report, keep the other peers
+                    row[f"{key}_ms"] = None
+                    row[f"{key}_error"] = describe(exc)
         rows.append(row)
         print(json.dumps(row), flush=True)
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -300,6 +325,8 @@ def main():
         result["marlin"] = marlin_info
     if humming_info is not None:
         result["humming"] = humming_info
+    if triton_info is not None:
+        result["triton"] = triton_info
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

@@ -17,6 +17,7 @@
 #   gpu_python                                 # the Python package built there, pytest, the example
 #   gpu_deepseek_sweep                         # the first of them: DeepSeek-R1 with the peers (~105 s)
 #   gpu_humming_env                            # the Humming peer's wheels (FP4MOE_STAGE_HUMMING=1)
+#   gpu_triton_env                             # the triton_kernels peer (FP4MOE_STAGE_TRITON=1)
 #   gpu_tables                                 # the README's tables (~300 s)
 #   gpu_pack all
 #
@@ -229,6 +230,20 @@ gpu_humming_env() {
   [ $rc = 0 ] && { python3 -c "import humming; print('humming', humming.__version__)" >> "$out/humming_install.txt" 2>&1; rc=$?; }
   _gpu_step "humming install" $rc $((SECONDS - s))
   tail -3 "$out/humming_install.txt" >> "$log"
+  return $rc
+}
+
+# gpu_triton_env: triton_kernels (staged with FP4MOE_STAGE_TRITON=1) on PYTHONPATH for the peers'
+# --triton; it runs on the image's Triton, whose version goes to the log.
+gpu_triton_env() {
+  local s=$SECONDS rc
+  [ -d gpubin/triton-peer/triton_kernels ] || { _gpu_step "triton_kernels: not staged (FP4MOE_STAGE_TRITON=1)" 1 0; return 1; }
+  export PYTHONPATH=$PWD/gpubin/triton-peer${PYTHONPATH:+:$PYTHONPATH}
+  python3 -c "import triton, triton_kernels.matmul_ogs; print('triton', triton.__version__, 'triton_kernels from', open('gpubin/triton-peer/triton_kernels/FROM').read().strip())" \
+    > "$out/triton_env.txt" 2>&1
+  rc=$?
+  _gpu_step "triton_kernels import" $rc $((SECONDS - s))
+  tail -3 "$out/triton_env.txt" >> "$log"
   return $rc
 }
 

@@ -26,6 +26,9 @@
 #   gpubin/humming-wheels/  with FP4MOE_STAGE_HUMMING=1 only: humming-kernels 0.1.19 and the one
 #                           dependency the GPU image lacks (cuda-bindings), pinned, for Python 3.12,
 #                           for the peers' --humming (gpu-lib.sh's gpu_humming_env installs them)
+#   gpubin/triton-peer/triton_kernels/  with FP4MOE_STAGE_TRITON=1 only: OpenAI's triton_kernels out of
+#                           the pinned vLLM 0.34.0 wheel (bench/triton/fetch.sh; 239 MB downloaded once
+#                           into build/triton-peer), for the peers' --triton (gpu-lib.sh's gpu_triton_env)
 # Every build but bin/ is stored as NAME/fp4moe-bench.gz; the GPU scripts unpack it next to itself
 # (scripts/gpu-unpack-builds.sh).
 set -euo pipefail
@@ -115,6 +118,12 @@ fi
 if [ "${FP4MOE_STAGE_HUMMING:-0}" = 1 ]; then
   python3 -m pip download -q --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64 \
     --no-deps -d "$root/gpubin/humming-wheels" humming-kernels==0.1.19 cuda-bindings==13.5.0 cuda-pathfinder==1.9.1
+fi
+if [ "${FP4MOE_STAGE_TRITON:-0}" = 1 ]; then
+  bash "$root/bench/triton/fetch.sh" "$root/build/triton-peer"
+  rm -rf "$root/gpubin/triton-peer"
+  mkdir -p "$root/gpubin/triton-peer"
+  cp -r "$root/build/triton-peer/triton_kernels" "$root/gpubin/triton-peer/"
 fi
 if [ "${FP4MOE_STAGE_PYTHON:-1}" != 0 ]; then
   tar -C "$root/.deps/cutlass" -czf "$root/gpubin/cutlass.tar.gz" include

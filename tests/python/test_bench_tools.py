@@ -225,6 +225,18 @@ def test_compare_with_the_marlin_and_humming_peers(tmp_path):
     assert lines[2].endswith("| 12.000 | 1.20x | 9.000 | 0.90x |")
 
 
+def test_compare_with_the_triton_kernels_peer(tmp_path):
+    r = write_compare_inputs(tmp_path, [{"T": 8192, "bf16_layer_ms": 20.0, "fp8_layer_ms": 19.0,
+                                         "triton_layer_ms": 11.0, "triton_gemms_ms": 10.5,
+                                         "triton_check": "failed: RuntimeError: x"}])
+    assert r.returncode == 0, r.stderr
+    lines = [l for l in r.stdout.splitlines() if l.startswith("|")]
+    assert lines[0].endswith("| triton_kernels layer ms | vs triton_kernels layer |"
+                             " triton_kernels GEMMs only ms | vs triton_kernels GEMMs |")
+    assert lines[1].count("---") == lines[0].count("|") - 1
+    assert lines[2].endswith("| 11.000 (check failed) | 1.10x | 10.500 (check failed) | 1.05x |")
+
+
 def test_marlin_align_caps_the_buffer_with_fewer_pairs_than_experts():
     # vLLM sizes the rows at pairs * bs when there are fewer pairs than experts
     sorted_ids, expert_ids, padded = peers_marlin.align_blocks(np.array([[5, 2]]), 8, 8)
@@ -263,3 +275,85 @@ def test_peer_check_catches_a_moved_row_or_expert():
             peers_marlin.check_gemm_pair("test", x, ids, top_k, bad, out, a2, router=w)
     with pytest.raises(RuntimeError, match="test GEMM2 check"):
         peers_marlin.check_gemm_pair("test", x, ids, top_k, h1, out, a2)
+
+
+# bench/peers_triton.py: the triton_kernels peer's reference, check and router logits (CPU, where
+# PyTorch is installed; the peer itself needs a GPU and triton_kernels).
+import peers_triton  # noqa: E402
+
+
+def slow_mxfp4_weight(codes, scales, n, k):
+    """Element (n, k) of an MXFP4 matrix, one nibble at a time: codes [N, K/2] low nibble first,
+    e8m0 scales [N, K/32]."""
+    byte = int(codes[n, k // 2])
+    nibble = byte & 0xF if k % 2 == 0 else byte >> 4
+    magnitude = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)[nibble & 7]
+    return (-magnitude if nibble & 8 else magnitude) * 2.0 ** (int(scales[n, k // 32]) - 127)
+
+
+def test_triton_peer_dequant_and_reference_match_a_slow_model():
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
+    tokens, top_k, experts, hidden, inter = 3, 2, 3, 64, 32
+    w13 = torch.randint(0, 256, (experts, 2 * inter, hidden // 2), generator=gen, dtype=torch.uint8)
+    s13 = torch.randint(120, 128, (experts, 2 * inter, hidden // 32), generator=gen, dtype=torch.uint8)
+    w2 = torch.randint(0, 256, (experts, hidden, inter // 2), generator=gen, dtype=torch.uint8)
+    s2 = torch.randint(120, 128, (experts, hidden, inter // 32), generator=gen, dtype=torch.uint8)
+    b13, b2 = torch.randn(experts, 2 * inter, generator=gen), torch.randn(experts, hidden, generator=gen)
+    ids = torch.stack([torch.randperm(experts, generator=gen)[:top_k] for _ in range(tokens)])
+    w = torch.softmax(torch.randn(tokens, top_k, generator=gen), 1)
+    x = torch.randn(tokens, hidden, generator=gen).bfloat16()
+    d = peers_triton.dequant_mxfp4(w13[1], s13[1])
+    assert d.shape == (2 * inter, hidden)
+    for n, k in ((0, 0), (0, 1), (5, 33), (2 * inter - 1, hidden - 1)):
+        assert d[n, k].item() == slow_mxfp4_weight(w13[1], s13[1], n, k)
+    got = peers_triton.reference(x, ids, w, w13, s13, b13, w2, s2, b2)
+    for t in range(tokens):
+        want = torch.zeros(hidden, dtype=torch.float64)
+        for j in range(top_k):
+            e = int(ids[t, j])
+            W13 = torch.tensor([[slow_mxfp4_weight(w13[e], s13[e], n, k) for k in range(hidden)]
+                                for n in range(2 * inter)], dtype=torch.float64)
+            W2 = torch.tensor([[slow_mxfp4_weight(w2[e], s2[e], n, k) for k in range(inter)]
+                               for n in range(hidden)], dtype=torch.float64)
+            h = W13 @ x[t].double() + b13[e].double()
+            gate, up = h[0::2].clamp(max=7.0), h[1::2].clamp(-7.0, 7.0)  # gate and up rows interleaved
+            a = gate * torch.sigmoid(1.702 * gate) * (up + 1)
+            want += float(w[t, j]) * (W2 @ a + b2[e].double())
+        assert torch.allclose(got[t].double(), want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
+
+
+def test_triton_peer_row_comparison_refuses_wrong_rows():
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
+    want = torch.randn(8, 64, generator=gen)
+    err = peers_triton.compare_rows("test", want.bfloat16(), want)
+    assert 0 < err < 4e-3  # bf16 rounding only
+    swapped = want.clone()
+    swapped[[0, 1]] = swapped[[1, 0]]
+    with pytest.raises(RuntimeError, match="test check: relative error"):
+        peers_triton.compare_rows("test", swapped, want)
+    poisoned = want.clone()
+    poisoned[3, 7] = float("nan")
+    with pytest.raises(RuntimeError, match="not finite"):
+        peers_triton.compare_rows("test", poisoned, want)
+    with pytest.raises(RuntimeError, match="all zero"):
+        peers_triton.compare_rows("test", want, torch.zeros_like(want))
+
+
+def test_triton_peer_router_logits_give_the_routing():
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
+    tokens, top_k, experts = 6, 4, 32
+    ids = torch.stack([torch.randperm(experts, generator=gen)[:top_k] for _ in range(tokens)]).int()
+    w = torch.softmax(torch.randn(tokens, top_k, generator=gen), 1)
+    logits, sorted_ids = peers_triton.router_logits(ids, w, experts)
+    assert sorted_ids.dtype == torch.int16
+    assert torch.equal(sorted_ids.long(), ids.long().sort(dim=1).values)
+    vals, idx = logits.topk(top_k, dim=1)  # top k, then a softmax over them (gpt-oss, sm_first off)
+    assert torch.equal(idx.sort(dim=1).values, sorted_ids.long())
+    probs = torch.softmax(vals, dim=1)
+    for t in range(tokens):
+        for j in range(top_k):
+            want = w[t, (ids[t] == idx[t, j]).nonzero().item()]
+            assert abs(probs[t, j].item() - want.item()) < 1e-6

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Session 39, run 1 (one H200): the triton_kernels peer (OpenAI's MoE kernels, vLLM 0.34's choice for
+# gpt-oss's MXFP4 experts on Hopper; bench/peers_triton.py), first run: gpt-oss-120b and gpt-oss-20b
+# with fp4moe-bench --check, the torch peers, Marlin (MXFP4) and triton_kernels (its kernels
+# JIT-compiled there on first use; its check against a reference of its own numerics); then the
+# refactored extra-peer loop (session 38's ef3c580 and this session's) on Qwen3-30B with Marlin and
+# Humming, whose checks' 2^(e % 8) factors and 8e-3 bound have not run on a GPU; and the CPU tests of
+# the bench tools under the image's PyTorch. Staged with FP4MOE_STAGE_PYTHON=0 FP4MOE_STAGE_MARLIN=1
+# FP4MOE_STAGE_HUMMING=1 FP4MOE_STAGE_TRITON=1 scripts/stage-gpu.sh.
+source scripts/gpu-lib.sh
+gpu_init
+gpu_humming_env
+gpu_triton_env
+s=$SECONDS
+timeout 120 python3 -m pytest -q -p no:cacheprovider tests/python/test_bench_tools.py > "$out/bench_tools_tests.txt" 2>&1
+_gpu_step "tests/python/test_bench_tools.py (the image's PyTorch)" $? $((SECONDS - s))
+tail -3 "$out/bench_tools_tests.txt" >> "$log"
+peer_rows() {  # the extra peers' fields of each row of a bench.log
+  grep -h '"T"' "$1" | python3 -c '
+import json, sys
+for line in sys.stdin:
+    r = json.loads(line)
+    cells = [str(r["T"])]
+    for p in ("triton", "marlin", "humming"):
+        keys = sorted(k for k in r if k.startswith(p + "_"))
+        if keys:
+            cells.append(p + ": " + ", ".join(f"{k[len(p) + 1:]}={r[k]}" for k in keys))
+    print(" | ".join(cells))
+' >> "$log" 2>&1
+}
+run_presets() {  # NAME TOKENS TIMEOUT PEERS_ARGS PRESETS...
+  local name=$1 tokens=$2 limit=$3 peers_args=$4 s=$SECONDS
+  shift 4
+  FP4MOE_SECTIONS="bench peers" FP4MOE_TOKENS=$tokens FP4MOE_PEERS_TIMEOUT=$limit FP4MOE_PEERS_ARGS=$peers_args \
+    OUT=$out/$name timeout $((limit + 60)) scripts/gpu-check.sh "$@" > "$out/${name}_log.txt" 2>&1
+  _gpu_step "$name: $* at T=$tokens" $? $((SECONDS - s))
+  grep -E "^\| |^ +[0-9]+ |ceilings|=== " "$out/${name}_log.txt" >> "$log"
+  peer_rows "$out/$name/bench.log"
+  grep -iE "unavailable|Traceback|Error" "$out/$name/bench.log" | grep -v '^{' | head -20 >> "$log"
+}
+run_presets gptoss120 1,8,128,1024,4096 330 --triton gpt-oss-120b
+run_presets gptoss20 1,8,128,4096 150 --triton gpt-oss-20b
+run_presets qwen30 1,128,2048 150 --humming qwen3-30b-a3b
+gpu_pack all
