@@ -38,7 +38,8 @@ run_presets() {  # NAME TOKENS TIMEOUT PEERS_ARGS PRESETS...
   peer_rows "$out/$name/bench.log"
   grep -iE "unavailable|Traceback|Error" "$out/$name/bench.log" | grep -v '^{' | head -20 >> "$log"
 }
-run_presets gptoss120 1,8,128,1024,4096 330 --triton gpt-oss-120b
-run_presets gptoss20 1,8,128,4096 150 --triton gpt-oss-20b
-run_presets qwen30 1,128,2048 150 --humming qwen3-30b-a3b
+# (the device call's 600 s: each later step only when the time left covers its limit)
+run_presets gptoss120 1,8,128,1024,4096 240 --triton gpt-oss-120b
+[ $SECONDS -lt 390 ] && run_presets qwen30 1,128,2048 100 --humming qwen3-30b-a3b
+[ $SECONDS -lt 400 ] && run_presets gptoss20 1,8,128,4096 120 --triton gpt-oss-20b
 gpu_pack all
