@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Does triton_kernels (bench/triton/fetch.sh) compute the right thing on this GPU and Triton? For the
+peer of bench/peers_triton.py, piece by piece, against peers_triton.reference:
+  - GEMM1 alone (rows gathered, no activation, no bias) row by row in the expert-sorted order;
+  - the whole layer (routing, GEMM1 + SwiGLU + bias, GEMM2 + bias + router weights + top-k sum);
+with the weights in Hopper's swizzled layouts (what vLLM uses) or plain strided ones, and the routing
+handed its experts (expt_indx) or choosing them from the logits. One configuration per process
+(--variant), so that a kernel fault stops only its own; prints one line per token count.
+
+  PYTHONPATH=build/triton-peer python3 bench/triton/selftest.py --variant hopper-provided
+"""
+import argparse
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import peers_triton  # noqa: E402
+
+VARIANTS = ("hopper-provided", "hopper-topk", "strided-provided")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--variant", choices=VARIANTS, required=True)
+    ap.add_argument("--shape", default="2880,2880,32,4", help="H,I,E,top-k (default gpt-oss-20b's)")
+    ap.add_argument("--tokens", default="1,8,64")
+    args = ap.parse_args()
+    H, I, E, k = (int(v) for v in args.shape.split(","))
+    layout_name, routing_name = args.variant.split("-")
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    peer = peers_triton.TritonPeer(H, I, E, k, gen)
+    if layout_name == "strided":
+        from triton_kernels.tensor_details.layout import StridedLayout
+
+        def strided(codes, scales):
+            scales = torch.nn.functional.pad(scales, (0, -scales.shape[-1] % 4))
+            codes, scales = codes.transpose(-2, -1), scales.transpose(-2, -1)
+            w = peer._convert(peer._wrap(codes, dtype=peer._FP4), StridedLayout)
+            s = peer._convert(peer._wrap(scales), StridedLayout)
+            return w, peer._PrecisionConfig(weight_scale=s, flex_ctx=peer._FlexCtx(rhs_data=peer._InFlexData()))
+
+        peer.w13, peer.pc13 = strided(peer.raw["w13"], peer.raw["w13_scale"])
+        peer.w2, peer.pc2 = strided(peer.raw["w2"], peer.raw["w2_scale"])
+    r = peer.raw
+    for T in (int(t) for t in args.tokens.split(",")):
+        x = torch.randn(T, H, device="cuda", dtype=torch.bfloat16, generator=gen)
+        ids = torch.stack([torch.randperm(E, device="cuda", generator=gen)[:k] for _ in range(T)]).int()
+        w = torch.softmax(torch.randn(T, k, device="cuda", generator=gen), dim=1)
+        logits, expt_indx = peers_triton.router_logits(ids, w, E)
+        line = [f"{args.variant} T={T}"]
+        try:
+            rdata, gather, scatter = peer._routing(logits, k, sm_first=False,
+                                                   expt_indx=expt_indx if routing_name == "provided" else None)
+            torch.cuda.synchronize()
+            # GEMM1 alone: row i of the output is pair gather.src_indx[i] (token * k + slot, slots
+            # sorted by expert within each token)
+            h = peer._matmul_ogs(x, peer.w13, None, rdata, gather_indx=gather, precision_config=peer.pc13)
+            torch.cuda.synchronize()
+            h = h.reshape(-1, 2 * I)
+            src = gather.src_indx.long()
+            experts = expt_indx.long().reshape(-1)[src]
+            want = torch.empty(src.numel(), 2 * I, device="cuda")
+            for e in torch.unique(experts).tolist():
+                rows = (experts == e).nonzero(as_tuple=True)[0]
+                want[rows] = x[src[rows] // k].float() @ peers_triton.dequant_mxfp4(r["w13"][e], r["w13_scale"][e]).T
+            err = torch.linalg.vector_norm(h.float() - want) / torch.linalg.vector_norm(want)
+            line.append(f"gemm1 rel err {err.item():.3g}")
+            gate_ok = torch.allclose(rdata.gate_scal.float().reshape(-1)[:T * k].sort().values,
+                                     w.reshape(-1).float().sort().values, atol=1e-5)
+            line.append(f"router weights {'as given' if gate_ok else 'DIFFER'}")
+            out = peer.prepare_layer(x, ids, w, poison=True)()[0]
+            torch.cuda.synchronize()
+            want = peers_triton.reference(x, ids.long(), w, r["w13"], r["w13_scale"], r["w13_bias"], r["w2"],
+                                          r["w2_scale"], r["w2_bias"], inter_dtype=torch.bfloat16)
+            line.append(f"layer rel err {peers_triton_err(out, want):.3g}")
+        except Exception as exc:
+            line.append(f"{type(exc).__name__}: {str(exc)[:200]}")
+            print(" | ".join(line), flush=True)
+            return 1
+        print(" | ".join(line), flush=True)
+    return 0
+
+
+def peers_triton_err(got, want):
+    if not torch.isfinite(got).all():
+        return float("nan")
+    return (torch.linalg.vector_norm(got.float() - want) / torch.linalg.vector_norm(want)).item()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
