@@ -18,7 +18,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import peers_triton  # noqa: E402
 
-VARIANTS = ("hopper-provided", "hopper-topk", "strided-provided")
+VARIANTS = ("hopper-provided", "hopper-topk", "strided-provided", "hopper-steps")
 
 
 def main():
@@ -53,6 +53,7 @@ def main():
         try:
             rdata, gather, scatter = peer._routing(logits, k, sm_first=False,
                                                    expt_indx=expt_indx if routing_name == "provided" else None)
+            # (for "steps" the routing chooses, as for "topk")
             torch.cuda.synchronize()
             # GEMM1 alone: row i of the output is pair gather.src_indx[i] (token * k + slot, slots
             # sorted by expert within each token)
@@ -70,6 +71,8 @@ def main():
             gate_ok = torch.allclose(rdata.gate_scal.float().reshape(-1)[:T * k].sort().values,
                                      w.reshape(-1).float().sort().values, atol=1e-5)
             line.append(f"router weights {'as given' if gate_ok else 'DIFFER'}")
+            if layout_name == "hopper" and routing_name == "steps":
+                line += steps(peer, x, rdata, gather, scatter, src, experts, T, I, k)
             out = peer.prepare_layer(x, ids, w, poison=True)()[0]
             torch.cuda.synchronize()
             want = peers_triton.reference(x, ids.long(), w, r["w13"], r["w13_scale"], r["w13_bias"], r["w2"],
@@ -81,6 +84,42 @@ def main():
             return 1
         print(" | ".join(line), flush=True)
     return 0
+
+
+def rel(got, want):
+    return (torch.linalg.vector_norm(got.float() - want.float()) / torch.linalg.vector_norm(want.float())).item()
+
+
+def steps(peer, x, rdata, gather, scatter, src, experts, T, I, k):
+    """GEMM1 + bias, its fused SwiGLU against torch's on that output, GEMM2 rows alone, then GEMM2 with
+    the router weights and the top-k sum against torch's combine of those rows."""
+    r, out = peer.raw, []
+    h = peer._matmul_ogs(x, peer.w13, peer.b13, rdata, gather_indx=gather, precision_config=peer.pc13).reshape(-1, 2 * I)
+    want = torch.empty_like(h, dtype=torch.float32)
+    for e in torch.unique(experts).tolist():
+        rows = (experts == e).nonzero(as_tuple=True)[0]
+        want[rows] = x[src[rows] // k].float() @ peers_triton.dequant_mxfp4(r["w13"][e], r["w13_scale"][e]).T + r["w13_bias"][e]
+    out.append(f"gemm1+bias {rel(h, want):.3g}")
+    a = peer._matmul_ogs(x, peer.w13, peer.b13, rdata, gather_indx=gather, precision_config=peer.pc13,
+                         fused_activation=peer.act).reshape(-1, I)
+    g = h.float()[:, 0::2].clamp(max=7.0)
+    u = h.float()[:, 1::2].clamp(-7.0, 7.0)
+    out.append(f"swiglu {rel(a, g * torch.sigmoid(1.702 * g) * (u + 1)):.3g}")
+    y = peer._matmul_ogs(a, peer.w2, peer.b2, rdata, precision_config=peer.pc2).reshape(-1, peer.H)
+    want2 = torch.empty_like(y, dtype=torch.float32)
+    for e in torch.unique(experts).tolist():
+        rows = (experts == e).nonzero(as_tuple=True)[0]
+        want2[rows] = a[rows].float() @ peers_triton.dequant_mxfp4(r["w2"][e], r["w2_scale"][e]).T + r["w2_bias"][e]
+    out.append(f"gemm2+bias rows {rel(y, want2):.3g}")
+    z = peer._matmul_ogs(a, peer.w2, peer.b2, rdata, scatter_indx=scatter, precision_config=peer.pc2,
+                         gammas=rdata.gate_scal).reshape(-1, peer.H)
+    gs = rdata.gate_scal.float()[:src.numel()]
+    comb = torch.zeros(T, peer.H, device="cuda").index_add_(0, src // k, y.float() * gs[:, None])
+    out.append(f"gemm2 scatter vs rows*gate summed {rel(z, comb):.3g}")
+    gs2 = torch.zeros_like(gs).index_copy_(0, src, gs)  # the same weights indexed by pair instead of row
+    comb2 = torch.zeros(T, peer.H, device="cuda").index_add_(0, src // k, y.float() * gs2[:, None])
+    out.append(f"(gate by pair: {rel(z, comb2):.3g})")
+    return out
 
 
 def peers_triton_err(got, want):
