@@ -18,6 +18,7 @@
 #   gpu_deepseek_sweep                         # the first of them: DeepSeek-R1 with the peers (~105 s)
 #   gpu_humming_env                            # the Humming peer's wheels (FP4MOE_STAGE_HUMMING=1)
 #   gpu_triton_env                             # the triton_kernels peer (FP4MOE_STAGE_TRITON=1)
+#   gpu_peer_presets gptoss 1,8,128 200 --triton gpt-oss-120b gpt-oss-20b  # fp4moe-bench + every peer
 #   gpu_tables                                 # the README's tables (~300 s)
 #   gpu_pack all
 #
@@ -244,6 +245,34 @@ gpu_triton_env() {
   rc=$?
   _gpu_step "triton_kernels import" $rc $((SECONDS - s))
   tail -3 "$out/triton_env.txt" >> "$log"
+  return $rc
+}
+
+# gpu_peer_presets NAME TOKENS TIMEOUT PEERS_ARGS PRESET...: scripts/gpu-check.sh's bench and peers
+# sections on the presets at TOKENS (fp4moe-bench --check, then peers_torch.py with PEERS_ARGS, e.g.
+# --humming for NVFP4 presets, --triton for gpt-oss; Marlin when staged), the peers limited to
+# TIMEOUT seconds. Files under $OUT/NAME; the log gets the tables and each row's extra-peer fields
+# (checks, fitted constants or errors, times). Session 39's run scripts had these lines inline.
+gpu_peer_presets() {
+  local name=$1 tokens=$2 limit=$3 peers_args=$4 s=$SECONDS rc
+  shift 4
+  FP4MOE_SECTIONS="bench peers" FP4MOE_TOKENS=$tokens FP4MOE_PEERS_TIMEOUT=$limit FP4MOE_PEERS_ARGS=$peers_args \
+    OUT=$out/$name timeout $((limit + 60)) scripts/gpu-check.sh "$@" > "$out/${name}_log.txt" 2>&1
+  rc=$?
+  _gpu_step "$name: $* at T=$tokens" $rc $((SECONDS - s))
+  grep -E "^\| |^ +[0-9]+ |ceilings|=== " "$out/${name}_log.txt" >> "$log"
+  grep -h '^{"T"' "$out/$name/bench.log" | python3 -c '
+import json, sys
+for line in sys.stdin:
+    r = json.loads(line)
+    cells = [str(r["T"])]
+    for p in ("triton", "marlin", "humming"):
+        keys = sorted(k for k in r if k.startswith(p + "_"))
+        if keys:
+            cells.append(p + ": " + ", ".join(f"{k[len(p) + 1:]}={r[k]}" for k in keys))
+    print(" | ".join(cells))
+' >> "$log" 2>&1
+  grep -iE "unavailable|Traceback|Error" "$out/$name/bench.log" | grep -v '^{' | head -20 >> "$log"
   return $rc
 }
 
