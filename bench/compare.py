@@ -46,7 +46,7 @@ def main(ours_path, peers_path):
         for peer, what, _ in extra:
             ms = p.get(f"{peer}_{what}_ms")
             flag = "" if p.get(f"{peer}_check", "passed") == "passed" or not ms else " (check failed)"
-            line += f" {fmt(ms)}{flag} | {sp(ms)} |"
+            line += f" {fmt(ms)}{flag} | {sp(ms)}{flag} |"
         print(line)
 
 

@@ -12,9 +12,11 @@ multiple of 4, both transposed to K-major, then Hopper's value and scale layouts
     the router logits and the sort into expert order), GEMM1 with the rows gathered and the gpt-oss
     SwiGLU (alpha 1.702, limit 7) fused, GEMM2 with the router weights and the top-k sum. The router
     logits are log(w) at the batch's experts and -30 elsewhere, so that `routing`'s own top-k softmax
-    (vLLM's gpt-oss path: top k, then a softmax over them) chooses fp4moe-bench's routing. (Handing
-    `routing` the experts instead, its expt_indx, gave wrong router weights and NaN rows on the
-    image's Triton 3.6.0 in session 39's run 2.)
+    (vLLM's gpt-oss path: top k, then a softmax over them) chooses fp4moe-bench's routing. They are
+    fp32, where vLLM's router hands bf16: its top-k then sorts wider keys, a little more work for the
+    peer's layer (not for `gemms`). (Handing `routing` the experts instead, its expt_indx, as int16
+    gave wrong router weights and NaN rows in session 39's run 2, its bit packing in int16 as a
+    review read it; as int32 they gave the right ones, run 8. The peer does not use it.)
   - `gemms`: the two matmul_ogs calls alone, on routing data made beforehand (the fused activation
     and the top-k sum are inside them and stay).
 `check` runs the layer on random weights into NaN-filled buffers and compares up to CHECK_ROWS
@@ -117,6 +119,9 @@ class TritonPeer:
             self.raw[name + "_scale"] = torch.randint(119, 122, (E, n, kk // 32), device=dev, dtype=torch.uint8,
                                                       generator=gen)
             self.raw[name + "_bias"] = 0.1 * torch.randn(E, n, device=dev, dtype=torch.float32, generator=gen)
+        if not torch.cuda.get_device_capability() == (9, 0):
+            raise ValueError(f"TritonPeer reproduces vLLM's path on compute capability 9.0 (Hopper), not "
+                             f"{torch.cuda.get_device_capability()}")
         self.w13, self.pc13 = self._swizzle(self.raw["w13"], self.raw["w13_scale"])
         self.w2, self.pc2 = self._swizzle(self.raw["w2"], self.raw["w2_scale"])
         self.b13, self.b2 = self.raw["w13_bias"], self.raw["w2_bias"]
@@ -132,6 +137,12 @@ class TritonPeer:
         s_layout, s_opts = self._layout.make_default_matmul_mxfp4_w_scale_layout(mx_axis=1, num_warps=8)
         w = self._convert(self._wrap(codes, dtype=self._FP4), v_layout, **v_opts)
         s = self._convert(self._wrap(scales), s_layout, **s_opts)
+        # (any correct layout passes the check: make sure these are the swizzled ones vLLM uses)
+        if not (isinstance(w.storage.layout, self._layout.HopperMXValueLayout)
+                and isinstance(s.storage.layout, self._layout.HopperMXScaleLayout)
+                and s.storage.layout.num_warps == 8):
+            raise RuntimeError(f"TritonPeer: layouts {type(w.storage.layout).__name__} and "
+                               f"{type(s.storage.layout).__name__}, not Hopper's (vLLM's on compute capability 9.0)")
         pc = self._PrecisionConfig(weight_scale=s, flex_ctx=self._FlexCtx(rhs_data=self._InFlexData()))
         return w, pc
 

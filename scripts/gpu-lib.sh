@@ -252,8 +252,11 @@ gpu_triton_env() {
 # sections on the presets at TOKENS (fp4moe-bench --check, then peers_torch.py with PEERS_ARGS, e.g.
 # --humming for NVFP4 presets, --triton for gpt-oss; Marlin when staged), the peers limited to
 # TIMEOUT seconds. Files under $OUT/NAME; the log gets the tables and each row's extra-peer fields
-# (checks, fitted constants or errors, times). Session 39's run scripts had these lines inline.
+# (checks, fitted constants or errors, times). FP4MOE_BENCH_ARGS replaces fp4moe-bench's arguments
+# (gpu-check.sh), e.g. "--routing model --tokens T --check --verbose" for its own router. Session
+# 39's run scripts had these lines inline (runs 1-7) before it was written.
 gpu_peer_presets() {
+  [ $# -ge 5 ] || { echo "gpu_peer_presets NAME TOKENS TIMEOUT PEERS_ARGS PRESET...: got '$*'" >&2; return 2; }
   local name=$1 tokens=$2 limit=$3 peers_args=$4 s=$SECONDS rc
   shift 4
   FP4MOE_SECTIONS="bench peers" FP4MOE_TOKENS=$tokens FP4MOE_PEERS_TIMEOUT=$limit FP4MOE_PEERS_ARGS=$peers_args \

@@ -5,7 +5,7 @@
 #   bench/triton/fetch.sh [OUT_DIR]        (default build/triton-peer; puts OUT_DIR/triton_kernels/)
 #
 # triton_kernels is not a package on PyPI. vLLM's build fetches it from the Triton repository into its
-# CUDA wheels as vllm/third_party/triton_kernels, so this takes that folder (41 files, about 300 KB)
+# CUDA wheels as vllm/third_party/triton_kernels, so this takes that folder (40 files, about 230 KB)
 # out of the vllm 0.34.0 wheel on PyPI, pinned by version and sha256 (the wheel, 239 MB, is kept in
 # OUT_DIR and never in this repository). Nothing else of vLLM is used: bench/peers_triton.py calls
 # triton_kernels as vLLM's gpt_oss_triton_kernels_moe.py does for this (the "3.5.1") API.
@@ -24,7 +24,9 @@ if [[ ! -f "$out/$wheel" ]] || ! echo "$sha256  $out/$wheel" | sha256sum -c --st
   req=$(mktemp)
   trap 'rm -f "$req"' EXIT
   echo "vllm==$version --hash=sha256:$sha256" > "$req"
-  python3 -m pip download -q --no-deps --only-binary=:all: --require-hashes -r "$req" -d "$out"
+  # (the wheel's own platform and an ABI it serves, so that any staging host can fetch it)
+  python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux_2_28_x86_64 \
+    --python-version 3.12 --implementation cp --require-hashes -r "$req" -d "$out"
   echo "$sha256  $out/$wheel" | sha256sum -c --status || { echo "fetch.sh: sha256 mismatch for $wheel" >&2; exit 1; }
 fi
 rm -rf "$out/triton_kernels" "$out/unpack"
@@ -39,4 +41,4 @@ PY
 mv "$out/unpack/vllm/third_party/triton_kernels" "$out/triton_kernels"
 rm -rf "$out/unpack"
 echo "vllm $version wheel (sha256 $sha256): vllm/third_party/triton_kernels" > "$out/triton_kernels/FROM"
-echo "$out/triton_kernels: $(find "$out/triton_kernels" -name '*.py' | wc -l) Python files"
+echo "$out/triton_kernels: $(find "$out/triton_kernels" -name '*.py' | wc -l) Python files (and FROM, written here)"

@@ -7,7 +7,8 @@ with the weights in Hopper's swizzled layouts (what vLLM uses) or plain strided 
 handed its experts (expt_indx) or choosing them from the logits; "hopper-steps" also checks each
 step after GEMM1 (its bias, the fused SwiGLU, GEMM2's rows, GEMM2's scatter with the router weights
 and the top-k sum). One configuration per process (--variant), so that a kernel fault stops only its
-own; prints one line per token count. On an H200 with Triton 3.6.0 (session 39, runs 2-3) the
+own; prints one line per token count, and exits 1 when any error passes peers_triton.CHECK_TOL
+(NaN included), the router weights differ or a call fails. On an H200 with Triton 3.6.0 (session 39, runs 2-3) the
 "provided" variants' routing was wrong (other router weights, NaN rows) and every step of
 "hopper-steps" matched (relative errors 1.7e-3 to 2.9e-3); the peer lets the routing choose.
 
@@ -22,7 +23,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import peers_triton  # noqa: E402
 
-VARIANTS = ("hopper-provided", "hopper-topk", "strided-provided", "hopper-steps")
+VARIANTS = ("hopper-provided", "hopper-provided32", "hopper-topk", "strided-provided", "hopper-steps")
 
 
 def main():
@@ -48,15 +49,22 @@ def main():
         peer.w13, peer.pc13 = strided(peer.raw["w13"], peer.raw["w13_scale"])
         peer.w2, peer.pc2 = strided(peer.raw["w2"], peer.raw["w2_scale"])
     r = peer.raw
+    failed = False
     for T in (int(t) for t in args.tokens.split(",")):
         x = torch.randn(T, H, device="cuda", dtype=torch.bfloat16, generator=gen)
         ids = torch.stack([torch.randperm(E, device="cuda", generator=gen)[:k] for _ in range(T)]).int()
         w = torch.softmax(torch.randn(T, k, device="cuda", generator=gen), dim=1)
         logits, expt_indx = peers_triton.router_logits(ids, w, E)
         line = [f"{args.variant} T={T}"]
+
+        def note(label, err):
+            nonlocal failed
+            failed |= not err <= peers_triton.CHECK_TOL  # (NaN fails)
+            line.append(f"{label} {err:.3g}")
+
         try:
-            rdata, gather, scatter = peer._routing(logits, k, sm_first=False,
-                                                   expt_indx=expt_indx if routing_name == "provided" else None)
+            handed = {"provided": expt_indx, "provided32": expt_indx.int()}.get(routing_name)
+            rdata, gather, scatter = peer._routing(logits, k, sm_first=False, expt_indx=handed)
             # (for "steps" the routing chooses, as for "topk")
             torch.cuda.synchronize()
             # GEMM1 alone: row i of the output is pair gather.src_indx[i] (token * k + slot, slots
@@ -70,23 +78,24 @@ def main():
             for e in torch.unique(experts).tolist():
                 rows = (experts == e).nonzero(as_tuple=True)[0]
                 want[rows] = x[src[rows] // k].float() @ peers_triton.dequant_mxfp4(r["w13"][e], r["w13_scale"][e]).T
-            line.append(f"gemm1 rel err {rel(h, want):.3g}")
+            note("gemm1 rel err", rel(h, want))
             gate_ok = torch.allclose(rdata.gate_scal.float().reshape(-1)[:T * k].sort().values,
                                      w.reshape(-1).float().sort().values, atol=1e-5)
             line.append(f"router weights {'as given' if gate_ok else 'DIFFER'}")
+            failed |= not gate_ok
             if layout_name == "hopper" and routing_name == "steps":
-                line += steps(peer, x, rdata, gather, scatter, src, experts, T, I, k)
+                steps(peer, x, rdata, gather, scatter, src, experts, T, I, k, note, line)
             out = peer.prepare_layer(x, ids, w, poison=True)()[0]
             torch.cuda.synchronize()
             want = peers_triton.reference(x, ids.long(), w, r["w13"], r["w13_scale"], r["w13_bias"], r["w2"],
                                           r["w2_scale"], r["w2_bias"], inter_dtype=torch.bfloat16)
-            line.append(f"layer rel err {rel(out, want):.3g}")
+            note("layer rel err", rel(out, want))
         except Exception as exc:
             line.append(f"{type(exc).__name__}: {str(exc)[:200]}")
             print(" | ".join(line), flush=True)
             return 1
         print(" | ".join(line), flush=True)
-    return 0
+    return 1 if failed else 0
 
 
 def rel(got, want):
@@ -96,36 +105,36 @@ def rel(got, want):
     return (torch.linalg.vector_norm(got.float() - want.float()) / torch.linalg.vector_norm(want.float())).item()
 
 
-def steps(peer, x, rdata, gather, scatter, src, experts, T, I, k):
+def steps(peer, x, rdata, gather, scatter, src, experts, T, I, k, note, line):
     """GEMM1 + bias, its fused SwiGLU against torch's on that output, GEMM2 rows alone, then GEMM2 with
-    the router weights and the top-k sum against torch's combine of those rows."""
-    r, out = peer.raw, []
+    the router weights and the top-k sum against torch's combine of those rows (note(label, error)
+    each; the router weights taken by pair instead of by row only as text on the line)."""
+    r = peer.raw
     h = peer._matmul_ogs(x, peer.w13, peer.b13, rdata, gather_indx=gather, precision_config=peer.pc13).reshape(-1, 2 * I)
     want = torch.empty_like(h, dtype=torch.float32)
     for e in torch.unique(experts).tolist():
         rows = (experts == e).nonzero(as_tuple=True)[0]
         want[rows] = x[src[rows] // k].float() @ peers_triton.dequant_mxfp4(r["w13"][e], r["w13_scale"][e]).T + r["w13_bias"][e]
-    out.append(f"gemm1+bias {rel(h, want):.3g}")
+    note("gemm1+bias", rel(h, want))
     a = peer._matmul_ogs(x, peer.w13, peer.b13, rdata, gather_indx=gather, precision_config=peer.pc13,
                          fused_activation=peer.act).reshape(-1, I)
     g = h.float()[:, 0::2].clamp(max=7.0)
     u = h.float()[:, 1::2].clamp(-7.0, 7.0)
-    out.append(f"swiglu {rel(a, g * torch.sigmoid(1.702 * g) * (u + 1)):.3g}")
+    note("swiglu", rel(a, g * torch.sigmoid(1.702 * g) * (u + 1)))
     y = peer._matmul_ogs(a, peer.w2, peer.b2, rdata, precision_config=peer.pc2).reshape(-1, peer.H)
     want2 = torch.empty_like(y, dtype=torch.float32)
     for e in torch.unique(experts).tolist():
         rows = (experts == e).nonzero(as_tuple=True)[0]
         want2[rows] = a[rows].float() @ peers_triton.dequant_mxfp4(r["w2"][e], r["w2_scale"][e]).T + r["w2_bias"][e]
-    out.append(f"gemm2+bias rows {rel(y, want2):.3g}")
+    note("gemm2+bias rows", rel(y, want2))
     z = peer._matmul_ogs(a, peer.w2, peer.b2, rdata, scatter_indx=scatter, precision_config=peer.pc2,
                          gammas=rdata.gate_scal).reshape(-1, peer.H)
     gs = rdata.gate_scal.float()[:src.numel()]
     comb = torch.zeros(T, peer.H, device="cuda").index_add_(0, src // k, y.float() * gs[:, None])
-    out.append(f"gemm2 scatter vs rows*gate summed {rel(z, comb):.3g}")
+    note("gemm2 scatter vs rows*gate summed", rel(z, comb))
     gs2 = torch.zeros_like(gs).index_copy_(0, src, gs)  # the same weights indexed by pair instead of row
     comb2 = torch.zeros(T, peer.H, device="cuda").index_add_(0, src // k, y.float() * gs2[:, None])
-    out.append(f"(gate by pair: {rel(z, comb2):.3g})")
-    return out
+    line.append(f"(gate by pair: {rel(z, comb2):.3g})")
 
 
 if __name__ == "__main__":
