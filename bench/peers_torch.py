@@ -263,6 +263,10 @@ def main():
     w13q, s13 = quant_weights(w13)
     w2q, s2 = quant_weights(w2)
     rows = []
+    meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "preset": args.preset,
+            "routing": "fp4moe-bench's (--routing-dir)" if args.routing_dir else "random (own draw)",
+            "warmup_ms": args.warmup_ms}
+    peer_infos = {"marlin": marlin_info, "humming": humming_info, "triton": triton_info}
     for T in [int(t) for t in args.tokens.split(",")]:
         x = torch.randn(T, H, device="cuda", dtype=torch.bfloat16, generator=gen)
         if args.routing_dir:
@@ -325,20 +329,23 @@ def main():
                     row[f"{key}_error"] = describe(exc)
         rows.append(row)
         print(json.dumps(row), flush=True)
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    result = {"tool": "bench/peers_torch.py", "date": now, "gpu": torch.cuda.get_device_name(),
-              "torch": torch.__version__, "preset": args.preset,
-              "routing": "fp4moe-bench's (--routing-dir)" if args.routing_dir else "random (own draw)",
-              "warmup_ms": args.warmup_ms, "rows": rows}
-    if marlin_info is not None:
-        result["marlin"] = marlin_info
-    if humming_info is not None:
-        result["humming"] = humming_info
-    if triton_info is not None:
-        result["triton"] = triton_info
+        if args.json:  # after every token count: a fault that ends the process keeps the rows before it
+            write_json(args.json, meta, rows, peer_infos, complete=False)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
+        write_json(args.json, meta, rows, peer_infos, complete=True)
+
+
+def write_json(path, meta, rows, peer_infos, complete):
+    """The run's JSON so far: meta's fields, the date, `complete` (false until every token count is
+    in: a CUDA fault, which no peer's try can survive, ends the process, and session 39's run 1 lost
+    every row that way), the rows and each extra peer's info (None: left out). Written whole, then
+    renamed over the old one."""
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    result = {"tool": "bench/peers_torch.py", "date": now, **meta, "complete": complete, "rows": rows}
+    result.update({name: info for name, info in peer_infos.items() if info is not None})
+    with open(path + ".part", "w") as f:
+        json.dump(result, f, indent=1)
+    os.replace(path + ".part", path)
 
 
 if __name__ == "__main__":

@@ -385,3 +385,21 @@ def test_peers_fp8_weights_per_expert_match_the_whole_tensor_formula():
     q0 = (w.float() / s0[:, :, None]).to(torch.float8_e4m3fn)
     assert torch.equal(s, s0)
     assert torch.equal(q.view(torch.uint8), q0.view(torch.uint8))
+
+
+def test_peers_json_written_whole_and_marked_incomplete(tmp_path):
+    # peers_torch.write_json: rewritten after every token count (a CUDA fault ends the process), with
+    # `complete` false until the last; no .part file left; peers left out are not in it
+    pytest.importorskip("torch")
+    import peers_torch
+
+    path = str(tmp_path / "peers.json")
+    meta = {"gpu": "test", "preset": "gpt-oss-20b"}
+    peers_torch.write_json(path, meta, [{"T": 1}], {"marlin": None, "triton": {"kind": "mxfp4"}}, complete=False)
+    d = json.load(open(path))
+    assert d["complete"] is False and d["rows"] == [{"T": 1}] and d["triton"] == {"kind": "mxfp4"}
+    assert "marlin" not in d and d["preset"] == "gpt-oss-20b" and d["tool"] == "bench/peers_torch.py"
+    peers_torch.write_json(path, meta, [{"T": 1}, {"T": 8}], {}, complete=True)
+    d = json.load(open(path))
+    assert d["complete"] is True and [r["T"] for r in d["rows"]] == [1, 8]
+    assert os.listdir(tmp_path) == ["peers.json"]
