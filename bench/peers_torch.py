@@ -136,6 +136,18 @@ def describe(exc):
     return f"{type(exc).__name__}: {str(exc)[:300]}"
 
 
+def start_peer(label, info, build):
+    """An extra peer: build(info) makes it, adding what it learns to info. A failure is reported
+    (info["error"], and on stderr) rather than raised, so that the other peers still run. Returns
+    (peer or None, info)."""
+    try:
+        return build(info), info
+    except Exception as exc:
+        info["error"] = describe(exc)
+        print(f"peers_torch.py: {label} peer unavailable: {info['error']}", file=sys.stderr)
+        return None, info
+
+
 def time_ms(fn, warmup, iters, warmup_ms):
     # at least `warmup` calls and `warmup_ms` of wall time (synchronized every 8 calls), as
     # fp4moe-bench warms up: a loaded H200 runs at its power cap, with a lower SM clock
@@ -216,46 +228,42 @@ def main():
     if args.marlin_lib:
         path = peers_marlin.default_lib() if args.marlin_lib == "default" else args.marlin_lib
         kind = "mxfp4" if args.preset in MXFP4_PRESETS else "nvfp4"
-        marlin_info = {"lib": os.path.abspath(path), "kind": kind, "vllm": "0.34.0 (bench/marlin/build.sh)"}
-        try:
-            marlin = peers_marlin.MarlinPeer(peers_marlin.MarlinLib(path), H, I, E, k, kind,
-                                              torch.Generator(device="cuda").manual_seed(1))
-            marlin_info["H"], marlin_info["I"] = marlin.Hp, marlin.Ip  # as vLLM pads them for Marlin
-        except Exception as exc:  # report, keep the torch peers
-            marlin_info["error"] = describe(exc)
-            print(f"peers_torch.py: Marlin peer unavailable: {marlin_info['error']}", file=sys.stderr)
+
+        def build_marlin(info):
+            peer = peers_marlin.MarlinPeer(peers_marlin.MarlinLib(path), H, I, E, k, kind,
+                                           torch.Generator(device="cuda").manual_seed(1))
+            info["H"], info["I"] = peer.Hp, peer.Ip  # as vLLM pads them for Marlin
+            return peer
+
+        marlin, marlin_info = start_peer("Marlin", {"lib": os.path.abspath(path), "kind": kind,
+                                                    "vllm": "0.34.0 (bench/marlin/build.sh)"}, build_marlin)
     humming, humming_info = None, None
     if args.humming:
-        humming_info = {"kind": "nvfp4 (ModelOpt layout)"}
-        try:
+        def build_humming(info):
             if args.preset in MXFP4_PRESETS:
                 raise ValueError(f"the Humming peer runs NVFP4 weights only; {args.preset} is MXFP4")
             import peers_humming
-            import humming
+            import humming as humming_package
 
-            humming_info["humming"] = humming.__version__
-            humming = peers_humming.HummingPeer(H, I, E, k, torch.Generator(device="cuda").manual_seed(2))
-        except Exception as exc:  # report, keep the other peers
-            humming = None
-            humming_info["error"] = describe(exc)
-            print(f"peers_torch.py: Humming peer unavailable: {humming_info['error']}", file=sys.stderr)
+            info["humming"] = humming_package.__version__
+            return peers_humming.HummingPeer(H, I, E, k, torch.Generator(device="cuda").manual_seed(2))
+
+        humming, humming_info = start_peer("Humming", {"kind": "nvfp4 (ModelOpt layout)"}, build_humming)
     triton, triton_info = None, None
     if args.triton:
-        triton_info = {"kind": "mxfp4 (gpt-oss checkpoint layout)"}
-        try:
+        def build_triton(info):
             if args.preset not in MXFP4_PRESETS:
                 raise ValueError(f"the triton_kernels peer runs MXFP4 weights (gpt-oss) only; {args.preset} is NVFP4")
             import peers_triton
             import triton as triton_lang
             import triton_kernels
 
-            triton_info["triton"] = triton_lang.__version__
-            triton_info["triton_kernels"] = os.path.dirname(os.path.abspath(triton_kernels.__file__))
-            triton = peers_triton.TritonPeer(H, I, E, k, torch.Generator(device="cuda").manual_seed(3))
-        except Exception as exc:  # report, keep the other peers
-            triton = None
-            triton_info["error"] = describe(exc)
-            print(f"peers_torch.py: triton_kernels peer unavailable: {triton_info['error']}", file=sys.stderr)
+            info["triton"] = triton_lang.__version__
+            info["triton_kernels"] = os.path.dirname(os.path.abspath(triton_kernels.__file__))
+            return peers_triton.TritonPeer(H, I, E, k, torch.Generator(device="cuda").manual_seed(3))
+
+        triton, triton_info = start_peer("triton_kernels", {"kind": "mxfp4 (gpt-oss checkpoint layout)"},
+                                         build_triton)
     extra_peers = [(name, peer) for name, peer in (("marlin", marlin), ("humming", humming), ("triton", triton))
                    if peer is not None]
     w13 = (torch.randn(E, 2 * I, H, device="cuda", dtype=torch.bfloat16, generator=gen) / H**0.5)

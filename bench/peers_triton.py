@@ -60,6 +60,15 @@ def reference(x, ids, w, w13, s13, b13, w2, s2, b2, inter_dtype=None):
     return out
 
 
+def relative_error(got, want):
+    """The relative L2 error of got against want (float32); NaN when got holds a non-finite value."""
+    import torch
+
+    if not torch.isfinite(got).all():
+        return float("nan")
+    return (torch.linalg.vector_norm(got.float() - want.float()) / torch.linalg.vector_norm(want.float())).item()
+
+
 def compare_rows(peer, got, want):
     """Raises unless got (peer's output rows) matches want (the reference) within CHECK_TOL relative
     L2 error and want is not all zero; returns the error."""
@@ -70,7 +79,7 @@ def compare_rows(peer, got, want):
         raise RuntimeError(f"{peer} check: the reference rows are all zero")
     if not torch.isfinite(got).all():
         raise RuntimeError(f"{peer} check: {int((~torch.isfinite(got)).sum())} output values are not finite")
-    err = torch.linalg.vector_norm(got.float() - want).item() / ref_norm
+    err = relative_error(got, want)
     if not err <= CHECK_TOL:
         raise RuntimeError(f"{peer} check: relative error {err:.3g} > {CHECK_TOL}")
     return err
@@ -103,6 +112,9 @@ class TritonPeer:
 
         if H % 32 or I % 32:
             raise ValueError(f"TritonPeer: H={H} and I={I} must be multiples of 32 (MXFP4 blocks)")
+        if not torch.cuda.get_device_capability() == (9, 0):
+            raise ValueError(f"TritonPeer reproduces vLLM's path on compute capability 9.0 (Hopper), not "
+                             f"{torch.cuda.get_device_capability()}")
         self.torch, self.H, self.I, self.E, self.k = torch, H, I, E, k
         self._matmul_ogs, self._routing = matmul_ogs, routing
         self._FP4, self._convert, self._wrap, self._layout = FP4, convert_layout, wrap_torch_tensor, layout
@@ -119,9 +131,6 @@ class TritonPeer:
             self.raw[name + "_scale"] = torch.randint(119, 122, (E, n, kk // 32), device=dev, dtype=torch.uint8,
                                                       generator=gen)
             self.raw[name + "_bias"] = 0.1 * torch.randn(E, n, device=dev, dtype=torch.float32, generator=gen)
-        if not torch.cuda.get_device_capability() == (9, 0):
-            raise ValueError(f"TritonPeer reproduces vLLM's path on compute capability 9.0 (Hopper), not "
-                             f"{torch.cuda.get_device_capability()}")
         self.w13, self.pc13 = self._swizzle(self.raw["w13"], self.raw["w13_scale"])
         self.w2, self.pc2 = self._swizzle(self.raw["w2"], self.raw["w2_scale"])
         self.b13, self.b2 = self.raw["w13_bias"], self.raw["w2_bias"]
@@ -130,21 +139,28 @@ class TritonPeer:
 
     def _swizzle(self, codes, scales):
         """As vLLM's _swizzle_mxfp4 on compute capability 9.0: the weights and the precision config."""
-        torch = self.torch
-        scales = torch.nn.functional.pad(scales, (0, -scales.shape[-1] % 4))
-        codes, scales = codes.transpose(-2, -1), scales.transpose(-2, -1)
         v_layout, v_opts = self._layout.make_default_matmul_mxfp4_w_layout(mx_axis=1)
         s_layout, s_opts = self._layout.make_default_matmul_mxfp4_w_scale_layout(mx_axis=1, num_warps=8)
-        w = self._convert(self._wrap(codes, dtype=self._FP4), v_layout, **v_opts)
-        s = self._convert(self._wrap(scales), s_layout, **s_opts)
+        w, pc = self.convert(codes, scales, (v_layout, v_opts), (s_layout, s_opts))
+        s = pc.weight_scale
         # (any correct layout passes the check: make sure these are the swizzled ones vLLM uses)
         if not (isinstance(w.storage.layout, self._layout.HopperMXValueLayout)
                 and isinstance(s.storage.layout, self._layout.HopperMXScaleLayout)
                 and s.storage.layout.num_warps == 8):
             raise RuntimeError(f"TritonPeer: layouts {type(w.storage.layout).__name__} and "
                                f"{type(s.storage.layout).__name__}, not Hopper's (vLLM's on compute capability 9.0)")
-        pc = self._PrecisionConfig(weight_scale=s, flex_ctx=self._FlexCtx(rhs_data=self._InFlexData()))
         return w, pc
+
+    def convert(self, codes, scales, value_layout, scale_layout):
+        """Checkpoint codes [E, N, K/2] and scales [E, N, K/32] as matmul_ogs takes them: the scales'
+        K padded to a multiple of 4, both transposed to K-major, then converted to the layouts given
+        as (layout class, options); returns the weights and their precision config."""
+        torch = self.torch
+        scales = torch.nn.functional.pad(scales, (0, -scales.shape[-1] % 4))
+        codes, scales = codes.transpose(-2, -1), scales.transpose(-2, -1)
+        w = self._convert(self._wrap(codes, dtype=self._FP4), value_layout[0], **value_layout[1])
+        s = self._convert(self._wrap(scales), scale_layout[0], **scale_layout[1])
+        return w, self._PrecisionConfig(weight_scale=s, flex_ctx=self._FlexCtx(rhs_data=self._InFlexData()))
 
     def _buffers(self, T, poison):
         torch = self.torch

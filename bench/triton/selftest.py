@@ -39,15 +39,9 @@ def main():
     if layout_name == "strided":
         from triton_kernels.tensor_details.layout import StridedLayout
 
-        def strided(codes, scales):
-            scales = torch.nn.functional.pad(scales, (0, -scales.shape[-1] % 4))
-            codes, scales = codes.transpose(-2, -1), scales.transpose(-2, -1)
-            w = peer._convert(peer._wrap(codes, dtype=peer._FP4), StridedLayout)
-            s = peer._convert(peer._wrap(scales), StridedLayout)
-            return w, peer._PrecisionConfig(weight_scale=s, flex_ctx=peer._FlexCtx(rhs_data=peer._InFlexData()))
-
-        peer.w13, peer.pc13 = strided(peer.raw["w13"], peer.raw["w13_scale"])
-        peer.w2, peer.pc2 = strided(peer.raw["w2"], peer.raw["w2_scale"])
+        plain = (StridedLayout, {})
+        peer.w13, peer.pc13 = peer.convert(peer.raw["w13"], peer.raw["w13_scale"], plain, plain)
+        peer.w2, peer.pc2 = peer.convert(peer.raw["w2"], peer.raw["w2_scale"], plain, plain)
     r = peer.raw
     failed = False
     for T in (int(t) for t in args.tokens.split(",")):
@@ -74,11 +68,7 @@ def main():
             h = h.reshape(-1, 2 * I)
             src = gather.src_indx.long()
             experts = expt_indx.long().reshape(-1)[src]
-            want = torch.empty(src.numel(), 2 * I, device="cuda")
-            for e in torch.unique(experts).tolist():
-                rows = (experts == e).nonzero(as_tuple=True)[0]
-                want[rows] = x[src[rows] // k].float() @ peers_triton.dequant_mxfp4(r["w13"][e], r["w13_scale"][e]).T
-            note("gemm1 rel err", rel(h, want))
+            note("gemm1 rel err", rel(h, gemm_rows(x[src // k], experts, r["w13"], r["w13_scale"])))
             gate_ok = torch.allclose(rdata.gate_scal.float().reshape(-1)[:T * k].sort().values,
                                      w.reshape(-1).float().sort().values, atol=1e-5)
             line.append(f"router weights {'as given' if gate_ok else 'DIFFER'}")
@@ -98,11 +88,19 @@ def main():
     return 1 if failed else 0
 
 
-def rel(got, want):
-    """Relative L2 error (NaN when got holds a non-finite value)."""
-    if not torch.isfinite(got).all():
-        return float("nan")
-    return (torch.linalg.vector_norm(got.float() - want.float()) / torch.linalg.vector_norm(want.float())).item()
+rel = peers_triton.relative_error
+
+
+def gemm_rows(a, experts, codes, scales, bias=None):
+    """The reference of an expert-sorted GEMM: row i is a[i] times expert experts[i]'s dequantized
+    weights (plus its bias), in float32."""
+    out = torch.empty(a.shape[0], codes.shape[1], device=a.device)
+    for e in torch.unique(experts).tolist():
+        rows = (experts == e).nonzero(as_tuple=True)[0]
+        out[rows] = a[rows].float() @ peers_triton.dequant_mxfp4(codes[e], scales[e]).T
+        if bias is not None:
+            out[rows] += bias[e]
+    return out
 
 
 def steps(peer, x, rdata, gather, scatter, src, experts, T, I, k, note, line):
@@ -111,22 +109,14 @@ def steps(peer, x, rdata, gather, scatter, src, experts, T, I, k, note, line):
     each; the router weights taken by pair instead of by row only as text on the line)."""
     r = peer.raw
     h = peer._matmul_ogs(x, peer.w13, peer.b13, rdata, gather_indx=gather, precision_config=peer.pc13).reshape(-1, 2 * I)
-    want = torch.empty_like(h, dtype=torch.float32)
-    for e in torch.unique(experts).tolist():
-        rows = (experts == e).nonzero(as_tuple=True)[0]
-        want[rows] = x[src[rows] // k].float() @ peers_triton.dequant_mxfp4(r["w13"][e], r["w13_scale"][e]).T + r["w13_bias"][e]
-    note("gemm1+bias", rel(h, want))
+    note("gemm1+bias", rel(h, gemm_rows(x[src // k], experts, r["w13"], r["w13_scale"], r["w13_bias"])))
     a = peer._matmul_ogs(x, peer.w13, peer.b13, rdata, gather_indx=gather, precision_config=peer.pc13,
                          fused_activation=peer.act).reshape(-1, I)
     g = h.float()[:, 0::2].clamp(max=7.0)
     u = h.float()[:, 1::2].clamp(-7.0, 7.0)
     note("swiglu", rel(a, g * torch.sigmoid(1.702 * g) * (u + 1)))
     y = peer._matmul_ogs(a, peer.w2, peer.b2, rdata, precision_config=peer.pc2).reshape(-1, peer.H)
-    want2 = torch.empty_like(y, dtype=torch.float32)
-    for e in torch.unique(experts).tolist():
-        rows = (experts == e).nonzero(as_tuple=True)[0]
-        want2[rows] = a[rows].float() @ peers_triton.dequant_mxfp4(r["w2"][e], r["w2_scale"][e]).T + r["w2_bias"][e]
-    note("gemm2+bias rows", rel(y, want2))
+    note("gemm2+bias rows", rel(y, gemm_rows(a, experts, r["w2"], r["w2_scale"], r["w2_bias"])))
     z = peer._matmul_ogs(a, peer.w2, peer.b2, rdata, scatter_indx=scatter, precision_config=peer.pc2,
                          gammas=rdata.gate_scal).reshape(-1, peer.H)
     gs = rdata.gate_scal.float()[:src.numel()]

@@ -403,3 +403,21 @@ def test_peers_json_written_whole_and_marked_incomplete(tmp_path):
     d = json.load(open(path))
     assert d["complete"] is True and [r["T"] for r in d["rows"]] == [1, 8]
     assert os.listdir(tmp_path) == ["peers.json"]
+
+
+def test_peers_start_peer_reports_a_failure_and_keeps_going(capsys):
+    # peers_torch.start_peer: a peer that cannot be made is recorded (info["error"], stderr), not raised
+    pytest.importorskip("torch")
+    import peers_torch
+
+    def good(info):
+        info["version"] = "1"
+        return "peer"
+
+    def bad(info):
+        raise ValueError("no such kernel")
+
+    assert peers_torch.start_peer("Good", {"kind": "x"}, good) == ("peer", {"kind": "x", "version": "1"})
+    peer, info = peers_torch.start_peer("Bad", {"kind": "y"}, bad)
+    assert peer is None and info == {"kind": "y", "error": "ValueError: no such kernel"}
+    assert "Bad peer unavailable: ValueError: no such kernel" in capsys.readouterr().err
