@@ -11,62 +11,77 @@ activation and vLLM's weighted top-k sum. So this is a lower bound for vLLM's Hu
 peers_torch.py times it (time_graphs_ms: CUDA-graph replays, routing sets in rotation at small T).
 
 The weights are NVFP4 in ModelOpt's layout (uint8 codes, e4m3 scales per 16, an fp32 global scale
-per expert), which Humming converts and repacks once (`transform`), as vLLM loads a ModelOpt
-checkpoint: random codes and scales for the timing (a GEMM's time does not depend on the values).
-Before timing, `check_plumbing` runs both GEMMs on weights whose every code is 1.0, every block
-scale 1.0 and each expert's global scale its own power of two: every output must then be that
-factor times the sum of its input row, which checks the block alignment, the row indices and the
-experts fed to Humming.
+per expert), or, for gpt-oss, MXFP4 in the checkpoint's layout (uint8 codes, e8m0 scales per 32:
+Humming's "gpt_oss_mxfp4" schema, what vLLM's Humming backend converts a gpt-oss checkpoint with;
+vLLM pads neither H nor I = 2880 for it). Humming converts and repacks them once (`transform`),
+as vLLM does at load: random codes and scales for the timing (a GEMM's time does not depend on the
+values). gpt-oss's biases and SwiGLU variant live outside the two GEMM calls timed here and are
+left out, as for the other peers' GEMMs. Before timing, `check_plumbing` runs both GEMMs on weights
+whose every code is 1.0 and whose scale is 2^(e % 8) for expert e (the global scale for NVFP4, the
+block scales for MXFP4): every output must then be that factor times the sum of its input row,
+which checks the block alignment, the row indices and the experts fed to Humming.
 """
 import json
 
 import peers_marlin
 
-WEIGHT_CONFIG = {"quant_method": "modelopt", "quant_algo": "NVFP4"}
+# Humming's weight schema per weight kind (peers_marlin.KINDS): what vLLM 0.34 converts a ModelOpt
+# NVFP4 checkpoint and a gpt-oss MXFP4 checkpoint with.
+WEIGHT_CONFIGS = {"nvfp4": {"quant_method": "modelopt", "quant_algo": "NVFP4"},
+                  "mxfp4": {"quant_method": "gpt_oss_mxfp4"}}
 
 
 class HummingPeer(peers_marlin.GemmsPeer):
-    """Humming's two MoE GEMMs for one preset (H, I, E, top-k), NVFP4 weights."""
+    """Humming's two MoE GEMMs for one preset (H, I, E, top-k) and weight kind (NVFP4 or MXFP4)."""
 
-    def __init__(self, H, I, E, k, gen):
+    def __init__(self, H, I, E, k, gen, kind="nvfp4"):
+        if kind not in WEIGHT_CONFIGS:
+            raise ValueError(f"HummingPeer: kind must be one of {tuple(WEIGHT_CONFIGS)}, got {kind!r}")
         import torch
         from humming.layer import HummingLayer
         from humming.tune import get_heuristics_config
 
-        self.torch, self.H, self.I, self.E, self.k = torch, H, I, E, k
+        self.torch, self.H, self.I, self.E, self.k, self.kind = torch, H, I, E, k, kind
+        self.device = "cuda"  # where the weights are drawn (_random, _uniform_tensor)
         self._HummingLayer, self._heuristics = HummingLayer, get_heuristics_config
         self.compute_config = json.dumps({"use_batch_invariant": False, "use_f16_accum": False,
                                           "gemm_type": "indexed"})
-        self.w13, self.w2 = self._layers(lambda shape, dtype: self._random(shape, dtype, gen))
+        self.w13, self.w2 = self._layers(lambda name, shape, dtype: self._random(name, shape, dtype, gen))
         self._uniform = None
 
-    def _random(self, shape, dtype, gen):
+    def _random(self, name, shape, dtype, gen):
         torch = self.torch
+        if self.kind == "mxfp4" and name == "weight_scale":  # e8m0 scales from 2^-3 to 2^3
+            return torch.randint(124, 131, shape, device=self.device, dtype=torch.uint8, generator=gen)
         if dtype == torch.uint8:
-            return torch.randint(0, 256, shape, device="cuda", dtype=torch.uint8, generator=gen)
+            return torch.randint(0, 256, shape, device=self.device, dtype=torch.uint8, generator=gen)
         if dtype == torch.float8_e4m3fn:  # e4m3 scales from 2^-3 to 2^3
-            exp = torch.randint(4, 11, shape, device="cuda", dtype=torch.uint8, generator=gen)
-            return (exp << 3 | torch.randint(0, 8, shape, device="cuda", dtype=torch.uint8, generator=gen)).view(dtype)
-        return torch.full(shape, 2.0**-4, device="cuda", dtype=dtype)  # the global scales
+            exp = torch.randint(4, 11, shape, device=self.device, dtype=torch.uint8, generator=gen)
+            mantissa = torch.randint(0, 8, shape, device=self.device, dtype=torch.uint8, generator=gen)
+            return (exp << 3 | mantissa).view(dtype)
+        return torch.full(shape, 2.0**-4, device=self.device, dtype=dtype)  # the global scales
 
-    def _uniform_tensor(self, shape, dtype):
+    def _uniform_tensor(self, name, shape, dtype):
         torch = self.torch
+        factor = peers_marlin.expert_factors(self.E, self.device)  # each expert's (check_plumbing)
+        if self.kind == "mxfp4" and name == "weight_scale":  # e8m0: 2^(e % 8) for expert e
+            byte = (127 + torch.log2(factor)).to(torch.uint8)
+            return byte.reshape((self.E,) + (1,) * (len(shape) - 1)).expand(shape).contiguous()
         if dtype == torch.uint8:
-            return torch.full(shape, 0x22, device="cuda", dtype=torch.uint8)  # two codes of 1.0
+            return torch.full(shape, 0x22, device=self.device, dtype=torch.uint8)  # two codes of 1.0
         if dtype == torch.float8_e4m3fn:
-            return torch.full(shape, 1.0, device="cuda", dtype=torch.float32).to(dtype)
-        # the global scales: the checks' factor of each expert (check_plumbing)
-        return peers_marlin.expert_factors(self.E).to(dtype).reshape(shape)
+            return torch.full(shape, 1.0, device=self.device, dtype=torch.float32).to(dtype)
+        return factor.to(dtype).reshape(shape)  # the global scales
 
     def _layers(self, make):
-        """GEMM1's and GEMM2's layers, loaded with make(shape, dtype) per ModelOpt tensor and
-        transformed into Humming's layout."""
+        """GEMM1's and GEMM2's layers, loaded with make(name, shape, dtype) per checkpoint tensor
+        and transformed into Humming's layout."""
         torch = self.torch
         layers = []
         for n, k in ((2 * self.I, self.H), (self.H, self.I)):
-            layer = self._HummingLayer(shape_n=n, shape_k=k, weight_config=dict(WEIGHT_CONFIG),
+            layer = self._HummingLayer(shape_n=n, shape_k=k, weight_config=dict(WEIGHT_CONFIGS[self.kind]),
                                        num_experts=self.E, torch_dtype=torch.bfloat16).cuda()
-            tensors = {name: make(tuple(p.shape), p.dtype) for name, p in layer.named_parameters()}
+            tensors = {name: make(name, tuple(p.shape), p.dtype) for name, p in layer.named_parameters()}
             layer.load_from_tensors(tensors)
             layer.transform()
             layers.append(layer)
@@ -115,8 +130,8 @@ class HummingPeer(peers_marlin.GemmsPeer):
         return run
 
     def check_plumbing(self, x, ids, w):
-        """Both GEMMs on weights of code 1.0, block scale 1.0 and global scale f(e) = 2^(e % 8) for
-        expert e: GEMM1's row of pair p must be c1 * f(e(p)) * sum(x[p // k]) in every column, GEMM2's
+        """Both GEMMs on weights of code 1.0 scaled by f(e) = 2^(e % 8) for expert e (NVFP4: block
+        scales 1.0, global scale f(e); MXFP4: block scales f(e)): GEMM1's row of pair p must be c1 * f(e(p)) * sum(x[p // k]) in every column, GEMM2's
         c2 * f(e(p)) * sum(a2[p]) (c1 = c2 = 1 if Humming decodes these exactly). Raises on a
         mismatch."""
         torch = self.torch

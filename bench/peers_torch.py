@@ -14,7 +14,7 @@ inside the timed region. That is a lower bound for any layer built on those GEMM
 its permute, activation and combine.
 With --marlin-lib, also vLLM's Marlin MoE GEMMs alone (`marlin_gemms_ms`; bench/peers_marlin.py),
 and with --humming, vLLM's Humming MoE GEMMs alone (`humming_gemms_ms`; bench/peers_humming.py,
-NVFP4 presets only), each after a check of how its inputs are laid out (`*_check`). With --triton,
+NVFP4 weights, or MXFP4 for gpt-oss), each after a check of how its inputs are laid out (`*_check`). With --triton,
 also OpenAI's triton_kernels MoE that vLLM runs for gpt-oss on Hopper (bench/peers_triton.py, MXFP4
 presets only): a whole layer from routing to the top-k sum (`triton_layer_ms`) and its two matmul_ogs
 calls alone (`triton_gemms_ms`), after a check against a reference of its own numerics. These extra
@@ -239,16 +239,18 @@ def main():
                                                     "vllm": "0.34.0 (bench/marlin/build.sh)"}, build_marlin)
     humming, humming_info = None, None
     if args.humming:
+        humming_kind = "mxfp4" if args.preset in MXFP4_PRESETS else "nvfp4"
+
         def build_humming(info):
-            if args.preset in MXFP4_PRESETS:
-                raise ValueError(f"the Humming peer runs NVFP4 weights only; {args.preset} is MXFP4")
             import peers_humming
             import humming as humming_package
 
             info["humming"] = humming_package.__version__
-            return peers_humming.HummingPeer(H, I, E, k, torch.Generator(device="cuda").manual_seed(2))
+            return peers_humming.HummingPeer(H, I, E, k, torch.Generator(device="cuda").manual_seed(2), humming_kind)
 
-        humming, humming_info = start_peer("Humming", {"kind": "nvfp4 (ModelOpt layout)"}, build_humming)
+        humming, humming_info = start_peer(
+            "Humming", {"kind": "mxfp4 (gpt-oss checkpoint layout)" if humming_kind == "mxfp4" else "nvfp4 (ModelOpt layout)"},
+            build_humming)
     triton, triton_info = None, None
     if args.triton:
         def build_triton(info):

@@ -250,7 +250,7 @@ gpu_triton_env() {
 
 # gpu_peer_presets NAME TOKENS TIMEOUT PEERS_ARGS PRESET...: scripts/gpu-check.sh's bench and peers
 # sections on the presets at TOKENS (fp4moe-bench --check, then peers_torch.py with PEERS_ARGS, e.g.
-# --humming for NVFP4 presets, --triton for gpt-oss; Marlin when staged), the peers limited to
+# --humming, and --triton for gpt-oss only; Marlin when staged), the peers limited to
 # TIMEOUT seconds. Files under $OUT/NAME; the log gets the tables and each row's extra-peer fields
 # (checks, fitted constants or errors, times). FP4MOE_BENCH_ARGS replaces fp4moe-bench's arguments
 # (gpu-check.sh), e.g. "--routing model --tokens T --check --verbose" for its own router. Session

@@ -421,3 +421,51 @@ def test_peers_start_peer_reports_a_failure_and_keeps_going(capsys):
     peer, info = peers_torch.start_peer("Bad", {"kind": "y"}, bad)
     assert peer is None and info == {"kind": "y", "error": "ValueError: no such kernel"}
     assert "Bad peer unavailable: ValueError: no such kernel" in capsys.readouterr().err
+
+
+# bench/peers_humming.py: the weights it hands Humming (CPU; the peer itself needs a GPU and the
+# humming-kernels package).
+import peers_humming  # noqa: E402
+
+
+def humming_weights(kind, experts):
+    """A HummingPeer's weight helpers without Humming: only what _random and _uniform_tensor read."""
+    torch = pytest.importorskip("torch")
+    peer = object.__new__(peers_humming.HummingPeer)
+    peer.torch, peer.E, peer.kind, peer.device = torch, experts, kind, "cpu"
+    return torch, peer
+
+
+def test_humming_refuses_an_unknown_weight_kind():
+    with pytest.raises(ValueError, match="kind must be one of .*'nvfp4'.*got 'int4'"):
+        peers_humming.HummingPeer(64, 32, 4, 2, None, "int4")
+
+
+def test_humming_mxfp4_check_weights_scale_each_expert_by_its_factor():
+    # check_plumbing's MXFP4 weights: every code 1.0 and every e8m0 block scale of expert e
+    # 2^(e % 8) (byte 127 + e % 8), so that check_gemm_pair's factor is in every row
+    experts = 11
+    torch, peer = humming_weights("mxfp4", experts)
+    shape = (experts, 96, 64 // 32)
+    scales = peer._uniform_tensor("weight_scale", shape, torch.uint8)
+    assert scales.shape == shape and scales.dtype == torch.uint8
+    want = torch.tensor([127 + e % 8 for e in range(experts)], dtype=torch.uint8)
+    assert torch.equal(scales, want[:, None, None].expand(shape))
+    decoded = 2.0 ** (scales.float() - 127)  # e8m0
+    assert torch.equal(decoded[:, 0, 0], peers_marlin.expert_factors(experts, "cpu"))
+    codes = peer._uniform_tensor("weight", (experts, 96, 32), torch.uint8)
+    assert bool((codes == 0x22).all())  # two e2m1 codes of 1.0 a byte
+
+
+def test_humming_random_weights_draw_scales_in_range():
+    # the timing's random weights: MXFP4 e8m0 scales from 2^-3 to 2^3 (never 0xFF, e8m0's NaN),
+    # NVFP4 e4m3 scales from 2^-3 to 2^3 and any code byte
+    torch, peer = humming_weights("mxfp4", 4)
+    gen = torch.Generator().manual_seed(seeding.seed(4001))
+    scales = peer._random("weight_scale", (4, 64, 90), torch.uint8, gen)
+    assert int(scales.min()) == 124 and int(scales.max()) == 130
+    codes = peer._random("weight", (4, 64, 1440), torch.uint8, gen)
+    assert int(codes.min()) == 0 and int(codes.max()) == 255
+    torch, peer = humming_weights("nvfp4", 4)
+    e4m3 = peer._random("weight_scale", (4, 64, 180), torch.float8_e4m3fn, gen).float()
+    assert float(e4m3.min()) >= 2.0**-3 and float(e4m3.max()) < 2.0**4 and float(e4m3.max()) >= 2.0**3
