@@ -13,10 +13,10 @@ peers_torch.py times it (time_graphs_ms: CUDA-graph replays, routing sets in rot
 The weights are NVFP4 in ModelOpt's layout (uint8 codes, e4m3 scales per 16, an fp32 global scale
 per expert), or, for gpt-oss, MXFP4 in the checkpoint's layout (uint8 codes, e8m0 scales per 32:
 Humming's "gpt_oss_mxfp4" schema, what vLLM's Humming backend converts a gpt-oss checkpoint with;
-vLLM pads neither H nor I = 2880 for it). Humming converts and repacks them once (`transform`),
-as vLLM does at load: random codes and scales for the timing (a GEMM's time does not depend on the
-values). gpt-oss's biases and SwiGLU variant live outside the two GEMM calls timed here and are
-left out, as for the other peers' GEMMs. Before timing, `check_plumbing` runs both GEMMs on weights
+vLLM keeps H = I = 2880 for it, and Humming pads its tiles' N and K inside, as here). Humming
+converts and repacks them once (`transform`), as vLLM does at load: random codes and scales for
+the timing (a GEMM's time does not depend on the values). gpt-oss's biases, which vLLM hands these
+GEMMs (a per-column add in their epilogues), are left out, as in the Marlin peer. Before timing, `check_plumbing` runs both GEMMs on weights
 whose every code is 1.0 and whose scale is 2^(e % 8) for expert e (the global scale for NVFP4, the
 block scales for MXFP4): every output must then be that factor times the sum of its input row,
 which checks the block alignment, the row indices and the experts fed to Humming.
@@ -79,8 +79,12 @@ class HummingPeer(peers_marlin.GemmsPeer):
         torch = self.torch
         layers = []
         for n, k in ((2 * self.I, self.H), (self.H, self.I)):
+            # (padded as vLLM's Humming MoE pads every layer, N to 256 and K to 128: Humming's tiles
+            # must divide the problem, and gpt-oss's 2880 is neither; the other presets' shapes are
+            # multiples already. Run 1 of session 40, without it: AssertionError in every gpt-oss call)
             layer = self._HummingLayer(shape_n=n, shape_k=k, weight_config=dict(WEIGHT_CONFIGS[self.kind]),
-                                       num_experts=self.E, torch_dtype=torch.bfloat16).cuda()
+                                       num_experts=self.E, torch_dtype=torch.bfloat16,
+                                       pad_n_to_multiple=256, pad_k_to_multiple=128).cuda()
             tensors = {name: make(name, tuple(p.shape), p.dtype) for name, p in layer.named_parameters()}
             layer.load_from_tensors(tensors)
             layer.transform()

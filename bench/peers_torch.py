@@ -132,8 +132,16 @@ def gemms_fp8(xq_sx, aq_sa, offs, w13q, s13, w2q, s2):
 
 
 def describe(exc):
-    """A failure as a row records it: its type and the first 300 characters of its message."""
-    return f"{type(exc).__name__}: {str(exc)[:300]}"
+    """A failure as a row records it: its type, the first 300 characters of its message and where it
+    was raised (file:line of the innermost frame: a bare `assert` in a peer's package has no message,
+    and session 40's first Humming MXFP4 run recorded only "AssertionError: "). Also prints the
+    whole traceback on stderr (gpu-check.sh keeps it in bench.log)."""
+    import traceback
+
+    traceback.print_exception(exc, file=sys.stderr)
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno}: {frames[-1].line})" if frames else ""
+    return f"{type(exc).__name__}: {str(exc)[:300]}{where}"
 
 
 def start_peer(label, info, build):

@@ -419,8 +419,25 @@ def test_peers_start_peer_reports_a_failure_and_keeps_going(capsys):
 
     assert peers_torch.start_peer("Good", {"kind": "x"}, good) == ("peer", {"kind": "x", "version": "1"})
     peer, info = peers_torch.start_peer("Bad", {"kind": "y"}, bad)
-    assert peer is None and info == {"kind": "y", "error": "ValueError: no such kernel"}
-    assert "Bad peer unavailable: ValueError: no such kernel" in capsys.readouterr().err
+    assert peer is None and sorted(info) == ["error", "kind"] and info["kind"] == "y"
+    # the message, then where it was raised (a bare assert has no message)
+    assert info["error"].startswith("ValueError: no such kernel (at test_bench_tools.py:")
+    assert info["error"].endswith(': raise ValueError("no such kernel"))')
+    err = capsys.readouterr().err
+    assert "Bad peer unavailable: ValueError: no such kernel" in err and "Traceback" in err
+
+
+def test_peers_describe_names_where_a_bare_assert_failed(capsys):
+    pytest.importorskip("torch")
+    import peers_torch
+
+    # (what a bare assert raises outside pytest's rewriting)
+    try:
+        raise AssertionError()
+    except AssertionError as exc:
+        text = peers_torch.describe(exc)
+    assert text.startswith("AssertionError:  (at test_bench_tools.py:") and text.endswith(": raise AssertionError())")
+    assert "Traceback" in capsys.readouterr().err
 
 
 # bench/peers_humming.py: the weights it hands Humming (CPU; the peer itself needs a GPU and the
