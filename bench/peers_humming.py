@@ -16,10 +16,11 @@ Humming's "gpt_oss_mxfp4" schema, what vLLM's Humming backend converts a gpt-oss
 vLLM keeps H = I = 2880 for it, and Humming pads its tiles' N and K inside, as here). Humming
 converts and repacks them once (`transform`), as vLLM does at load: random codes and scales for
 the timing (a GEMM's time does not depend on the values). gpt-oss's biases, which vLLM hands these
-GEMMs (a per-column add in their epilogues), are left out, as in the Marlin peer. Before timing, `check_plumbing` runs both GEMMs on weights
-whose every code is 1.0 and whose scale is 2^(e % 8) for expert e (the global scale for NVFP4, the
-block scales for MXFP4): every output must then be that factor times the sum of its input row,
-which checks the block alignment, the row indices and the experts fed to Humming.
+GEMMs (a per-column add in their epilogues), are left out, as in the Marlin peer. Before timing,
+`check_plumbing` runs both GEMMs on weights whose every code is 1.0 and whose scale is 2^(e % 8)
+for expert e (the global scale for NVFP4, the block scales for MXFP4): every output must then be
+that factor times the sum of its input row, which checks the block alignment, the row indices and
+the experts fed to Humming.
 """
 import json
 
@@ -34,7 +35,7 @@ WEIGHT_CONFIGS = {"nvfp4": {"quant_method": "modelopt", "quant_algo": "NVFP4"},
 class HummingPeer(peers_marlin.GemmsPeer):
     """Humming's two MoE GEMMs for one preset (H, I, E, top-k) and weight kind (NVFP4 or MXFP4)."""
 
-    def __init__(self, H, I, E, k, gen, kind="nvfp4"):
+    def __init__(self, H, I, E, k, gen, kind="nvfp4", device="cuda"):
         if kind not in WEIGHT_CONFIGS:
             raise ValueError(f"HummingPeer: kind must be one of {tuple(WEIGHT_CONFIGS)}, got {kind!r}")
         import torch
@@ -42,7 +43,7 @@ class HummingPeer(peers_marlin.GemmsPeer):
         from humming.tune import get_heuristics_config
 
         self.torch, self.H, self.I, self.E, self.k, self.kind = torch, H, I, E, k, kind
-        self.device = "cuda"  # where the weights are drawn (_random, _uniform_tensor)
+        self.device = device  # where the weights are drawn (_random, _uniform_tensor; tests: "cpu")
         self._HummingLayer, self._heuristics = HummingLayer, get_heuristics_config
         self.compute_config = json.dumps({"use_batch_invariant": False, "use_f16_accum": False,
                                           "gemm_type": "indexed"})
@@ -63,15 +64,15 @@ class HummingPeer(peers_marlin.GemmsPeer):
 
     def _uniform_tensor(self, name, shape, dtype):
         torch = self.torch
-        factor = peers_marlin.expert_factors(self.E, self.device)  # each expert's (check_plumbing)
         if self.kind == "mxfp4" and name == "weight_scale":  # e8m0: 2^(e % 8) for expert e
-            byte = (127 + torch.log2(factor)).to(torch.uint8)
+            byte = (127 + torch.log2(peers_marlin.expert_factors(self.E, self.device))).to(torch.uint8)
             return byte.reshape((self.E,) + (1,) * (len(shape) - 1)).expand(shape).contiguous()
         if dtype == torch.uint8:
             return torch.full(shape, 0x22, device=self.device, dtype=torch.uint8)  # two codes of 1.0
         if dtype == torch.float8_e4m3fn:
             return torch.full(shape, 1.0, device=self.device, dtype=torch.float32).to(dtype)
-        return factor.to(dtype).reshape(shape)  # the global scales
+        # the global scales: each expert's factor (check_plumbing)
+        return peers_marlin.expert_factors(self.E, self.device).to(dtype).reshape(shape)
 
     def _layers(self, make):
         """GEMM1's and GEMM2's layers, loaded with make(name, shape, dtype) per checkpoint tensor
@@ -80,11 +81,12 @@ class HummingPeer(peers_marlin.GemmsPeer):
         layers = []
         for n, k in ((2 * self.I, self.H), (self.H, self.I)):
             # (padded as vLLM's Humming MoE pads every layer, N to 256 and K to 128: Humming's tiles
-            # must divide the problem, and gpt-oss's 2880 is neither; the other presets' shapes are
-            # multiples already. Run 1 of session 40, without it: AssertionError in every gpt-oss call)
+            # must divide the problem, and gpt-oss's 2880 is a multiple of neither 256 nor 128; the
+            # other presets' shapes are multiples already. Session 40's run 1, without it: a bare
+            # AssertionError in every gpt-oss call)
             layer = self._HummingLayer(shape_n=n, shape_k=k, weight_config=dict(WEIGHT_CONFIGS[self.kind]),
                                        num_experts=self.E, torch_dtype=torch.bfloat16,
-                                       pad_n_to_multiple=256, pad_k_to_multiple=128).cuda()
+                                       pad_n_to_multiple=256, pad_k_to_multiple=128).to(self.device)
             tensors = {name: make(name, tuple(p.shape), p.dtype) for name, p in layer.named_parameters()}
             layer.load_from_tensors(tensors)
             layer.transform()
@@ -135,9 +137,9 @@ class HummingPeer(peers_marlin.GemmsPeer):
 
     def check_plumbing(self, x, ids, w):
         """Both GEMMs on weights of code 1.0 scaled by f(e) = 2^(e % 8) for expert e (NVFP4: block
-        scales 1.0, global scale f(e); MXFP4: block scales f(e)): GEMM1's row of pair p must be c1 * f(e(p)) * sum(x[p // k]) in every column, GEMM2's
-        c2 * f(e(p)) * sum(a2[p]) (c1 = c2 = 1 if Humming decodes these exactly). Raises on a
-        mismatch."""
+        scales 1.0, global scale f(e); MXFP4: block scales f(e)): GEMM1's row of pair p must be
+        c1 * f(e(p)) * sum(x[p // k]) in every column, GEMM2's c2 * f(e(p)) * sum(a2[p]) (c1 = c2 = 1
+        if Humming decodes these exactly). Raises on a mismatch."""
         torch = self.torch
         if self._uniform is None:  # made once: the size of the weights
             self._uniform = self._layers(self._uniform_tensor)

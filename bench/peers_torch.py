@@ -49,6 +49,13 @@ PRESETS = {  # H, I, E, top-k (BRIEF section 5)
     "gpt-oss-20b": (2880, 2880, 32, 4),
 }
 MXFP4_PRESETS = ("gpt-oss-120b", "gpt-oss-20b")  # the others are NVFP4 checkpoints
+# How the extra peers' JSON names each kind of checkpoint weights
+WEIGHT_KIND_LABELS = {"nvfp4": "nvfp4 (ModelOpt layout)", "mxfp4": "mxfp4 (gpt-oss checkpoint layout)"}
+
+
+def weight_kind(preset):
+    """The FP4 format of a preset's checkpoint weights: "mxfp4" (gpt-oss) or "nvfp4"."""
+    return "mxfp4" if preset in MXFP4_PRESETS else "nvfp4"
 
 
 def route(T, E, k, gen):
@@ -131,17 +138,29 @@ def gemms_fp8(xq_sx, aq_sa, offs, w13q, s13, w2q, s2):
     torch._scaled_grouped_mm(aq, w2q.transpose(1, 2), sa, s2, offs=offs, out_dtype=torch.bfloat16)
 
 
+_printed_failures = set()  # (describe: each distinct failure's traceback once a run)
+
+
 def describe(exc):
     """A failure as a row records it: its type, the first 300 characters of its message and where it
-    was raised (file:line of the innermost frame: a bare `assert` in a peer's package has no message,
-    and session 40's first Humming MXFP4 run recorded only "AssertionError: "). Also prints the
-    whole traceback on stderr (gpu-check.sh keeps it in bench.log)."""
+    was raised (the innermost frame's folder/file:line and code: a bare `assert` in a peer's package
+    has no message, and session 40's first Humming MXFP4 run recorded only "AssertionError: ").
+    Prints the whole traceback on stderr (gpu-check.sh keeps it in bench.log) the first time a
+    failure with this text is seen, so that a peer failing at every token count prints it once."""
     import traceback
 
-    traceback.print_exception(exc, file=sys.stderr)
+    text = type(exc).__name__
+    message = str(exc)[:300]
+    if message:
+        text += ": " + message
     frames = traceback.extract_tb(exc.__traceback__)
-    where = f" (at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno}: {frames[-1].line})" if frames else ""
-    return f"{type(exc).__name__}: {str(exc)[:300]}{where}"
+    if frames:
+        path = os.path.normpath(frames[-1].filename).split(os.sep)
+        text += f" (at {'/'.join(path[-2:])}:{frames[-1].lineno}: {frames[-1].line or '?'})"
+    if text not in _printed_failures:
+        _printed_failures.add(text)
+        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+    return text
 
 
 def start_peer(label, info, build):
@@ -235,7 +254,7 @@ def main():
     marlin, marlin_info = None, None
     if args.marlin_lib:
         path = peers_marlin.default_lib() if args.marlin_lib == "default" else args.marlin_lib
-        kind = "mxfp4" if args.preset in MXFP4_PRESETS else "nvfp4"
+        kind = weight_kind(args.preset)
 
         def build_marlin(info):
             peer = peers_marlin.MarlinPeer(peers_marlin.MarlinLib(path), H, I, E, k, kind,
@@ -247,18 +266,17 @@ def main():
                                                     "vllm": "0.34.0 (bench/marlin/build.sh)"}, build_marlin)
     humming, humming_info = None, None
     if args.humming:
-        humming_kind = "mxfp4" if args.preset in MXFP4_PRESETS else "nvfp4"
+        humming_kind = weight_kind(args.preset)
 
         def build_humming(info):
             import peers_humming
             import humming as humming_package
 
             info["humming"] = humming_package.__version__
-            return peers_humming.HummingPeer(H, I, E, k, torch.Generator(device="cuda").manual_seed(2), humming_kind)
+            gen_h = torch.Generator(device="cuda").manual_seed(2)
+            return peers_humming.HummingPeer(H, I, E, k, gen_h, humming_kind)
 
-        humming, humming_info = start_peer(
-            "Humming", {"kind": "mxfp4 (gpt-oss checkpoint layout)" if humming_kind == "mxfp4" else "nvfp4 (ModelOpt layout)"},
-            build_humming)
+        humming, humming_info = start_peer("Humming", {"kind": WEIGHT_KIND_LABELS[humming_kind]}, build_humming)
     triton, triton_info = None, None
     if args.triton:
         def build_triton(info):
@@ -272,7 +290,7 @@ def main():
             info["triton_kernels"] = os.path.dirname(os.path.abspath(triton_kernels.__file__))
             return peers_triton.TritonPeer(H, I, E, k, torch.Generator(device="cuda").manual_seed(3))
 
-        triton, triton_info = start_peer("triton_kernels", {"kind": "mxfp4 (gpt-oss checkpoint layout)"},
+        triton, triton_info = start_peer("triton_kernels", {"kind": WEIGHT_KIND_LABELS["mxfp4"]},
                                          build_triton)
     extra_peers = [(name, peer) for name, peer in (("marlin", marlin), ("humming", humming), ("triton", triton))
                    if peer is not None]

@@ -421,7 +421,7 @@ def test_peers_start_peer_reports_a_failure_and_keeps_going(capsys):
     peer, info = peers_torch.start_peer("Bad", {"kind": "y"}, bad)
     assert peer is None and sorted(info) == ["error", "kind"] and info["kind"] == "y"
     # the message, then where it was raised (a bare assert has no message)
-    assert info["error"].startswith("ValueError: no such kernel (at test_bench_tools.py:")
+    assert info["error"].startswith("ValueError: no such kernel (at python/test_bench_tools.py:")
     assert info["error"].endswith(': raise ValueError("no such kernel"))')
     err = capsys.readouterr().err
     assert "Bad peer unavailable: ValueError: no such kernel" in err and "Traceback" in err
@@ -435,9 +435,12 @@ def test_peers_describe_names_where_a_bare_assert_failed(capsys):
     try:
         raise AssertionError()
     except AssertionError as exc:
-        text = peers_torch.describe(exc)
-    assert text.startswith("AssertionError:  (at test_bench_tools.py:") and text.endswith(": raise AssertionError())")
+        raised = exc
+    text = peers_torch.describe(raised)
+    assert text.startswith("AssertionError (at python/test_bench_tools.py:")
+    assert text.endswith(": raise AssertionError())")
     assert "Traceback" in capsys.readouterr().err
+    assert peers_torch.describe(raised) == text and "Traceback" not in capsys.readouterr().err  # printed once
 
 
 # bench/peers_humming.py: the weights it hands Humming (CPU; the peer itself needs a GPU and the
@@ -486,3 +489,98 @@ def test_humming_random_weights_draw_scales_in_range():
     torch, peer = humming_weights("nvfp4", 4)
     e4m3 = peer._random("weight_scale", (4, 64, 180), torch.float8_e4m3fn, gen).float()
     assert float(e4m3.min()) >= 2.0**-3 and float(e4m3.max()) < 2.0**4 and float(e4m3.max()) >= 2.0**3
+
+
+fake_humming_layers = []  # every FakeHummingLayer made, in order
+
+
+class FakeHummingLayer:
+    """Stands in for humming.layer.HummingLayer: records how HummingPeer builds and loads it, with
+    the parameters of Humming's schemas for the kind asked (modelopt NVFP4, gpt_oss_mxfp4)."""
+
+    def __init__(self, **kwargs):
+        import torch
+
+        self.kwargs, self.loaded, self.transformed = kwargs, None, False
+        E, n, k = kwargs["num_experts"], kwargs["shape_n"], kwargs["shape_k"]
+        if kwargs["weight_config"]["quant_method"] == "gpt_oss_mxfp4":
+            self.params = {"weight": ((E, n, k // 2), torch.uint8), "weight_scale": ((E, n, k // 32), torch.uint8)}
+        else:
+            self.params = {"weight": ((E, n, k // 2), torch.uint8),
+                           "weight_scale": ((E, n, k // 16), torch.float8_e4m3fn),
+                           "weight_scale_2": ((E,), torch.float32)}
+        fake_humming_layers.append(self)
+
+    def to(self, device):
+        self.device = device
+        return self
+
+    def named_parameters(self):
+        import torch
+
+        return [(name, torch.empty(shape, dtype=dtype)) for name, (shape, dtype) in self.params.items()]
+
+    def load_from_tensors(self, tensors):
+        self.loaded = tensors
+
+    def transform(self):
+        self.transformed = True
+
+
+@pytest.mark.parametrize("kind", ["nvfp4", "mxfp4"])
+def test_humming_layers_are_built_and_padded_as_vllm_builds_them(monkeypatch, kind):
+    # HummingPeer's two layers (GEMM1 N = 2I, K = H; GEMM2 N = H, K = I) with the schema of the
+    # kind, padded as vLLM pads its Humming MoE layers (N to 256, K to 128: session 40's run 1 failed
+    # every gpt-oss call without it), loaded with a tensor of each parameter's shape and type
+    torch = pytest.importorskip("torch")
+    import types
+
+    humming = types.ModuleType("humming")
+    layer_module = types.ModuleType("humming.layer")
+    tune_module = types.ModuleType("humming.tune")
+    layer_module.HummingLayer = FakeHummingLayer
+    tune_module.get_heuristics_config = lambda **kwargs: []
+    for name, module in (("humming", humming), ("humming.layer", layer_module), ("humming.tune", tune_module)):
+        monkeypatch.setitem(sys.modules, name, module)
+    fake_humming_layers.clear()
+    H, I, E = 2880, 2880, 4
+    gen = torch.Generator().manual_seed(seeding.seed(4002))
+    peer = peers_humming.HummingPeer(H, I, E, 2, gen, kind, device="cpu")
+    assert [layer.kwargs["shape_n"] for layer in fake_humming_layers] == [2 * I, H]
+    assert [layer.kwargs["shape_k"] for layer in fake_humming_layers] == [H, I]
+    for layer in fake_humming_layers:
+        assert layer.kwargs["pad_n_to_multiple"] == 256 and layer.kwargs["pad_k_to_multiple"] == 128
+        assert layer.kwargs["weight_config"] == peers_humming.WEIGHT_CONFIGS[kind]
+        assert layer.kwargs["num_experts"] == E and layer.kwargs["torch_dtype"] == torch.bfloat16
+        assert layer.transformed and layer.device == "cpu"
+        assert sorted(layer.loaded) == sorted(layer.params)
+        for name, (shape, dtype) in layer.params.items():
+            assert tuple(layer.loaded[name].shape) == shape and layer.loaded[name].dtype == dtype, name
+    assert (peer.w13, peer.w2) == tuple(fake_humming_layers)
+    scales = fake_humming_layers[0].loaded["weight_scale"]
+    if kind == "mxfp4":  # e8m0 bytes of 2^-3 .. 2^3
+        assert 124 <= int(scales.min()) and int(scales.max()) <= 130
+    else:
+        assert float(scales.float().min()) >= 2.0**-3
+
+
+def test_humming_nvfp4_check_weights_put_the_factor_in_the_global_scale():
+    # check_plumbing's NVFP4 weights: codes 1.0, block scales 1.0, each expert's global scale its
+    # factor 2^(e % 8)
+    experts = 10
+    torch, peer = humming_weights("nvfp4", experts)
+    assert bool((peer._uniform_tensor("weight", (experts, 8, 16), torch.uint8) == 0x22).all())
+    block = peer._uniform_tensor("weight_scale", (experts, 8, 2), torch.float8_e4m3fn)
+    assert block.dtype == torch.float8_e4m3fn and bool((block.float() == 1.0).all())
+    glob = peer._uniform_tensor("weight_scale_2", (experts,), torch.float32)
+    assert torch.equal(glob, peers_marlin.expert_factors(experts, "cpu"))
+
+
+def test_peers_weight_kind_of_each_preset():
+    pytest.importorskip("torch")
+    import peers_torch
+
+    assert [peers_torch.weight_kind(p) for p in ("gpt-oss-120b", "gpt-oss-20b")] == ["mxfp4", "mxfp4"]
+    nvfp4 = [p for p in peers_torch.PRESETS if p not in ("gpt-oss-120b", "gpt-oss-20b")]
+    assert nvfp4 and all(peers_torch.weight_kind(p) == "nvfp4" for p in nvfp4)
+    assert set(peers_torch.WEIGHT_KIND_LABELS) == set(peers_humming.WEIGHT_CONFIGS)
