@@ -142,8 +142,9 @@ TEST(SelectConfig, SplitKOnlyForFewDecodeTiles) {
 }
 
 // The GEMM overlap: wherever GEMM1 runs 16-token tiles (both BN16 configs), at any number of rounds
-// (session 22's measurements, quoted in config.h); never with a wider tile or without work.
-TEST(SelectConfig, OverlapsTheGemmsWhereverGemm1Has16TokenTiles) {
+// (session 22's measurements, quoted in config.h), and 32-token ones but the tail kernels (session
+// 40); never with a wider tile or without work.
+TEST(SelectConfig, OverlapsTheGemmsWhereverGemm1Has16Or32TokenTiles) {
   const Sm90Config bn16 = select_config(deepseek(1));
   ASSERT_EQ(bn16.tile_tokens, 16);
   const Sm90Config narrow = compiled_configs()[kNarrowDecodeConfig];
@@ -165,16 +166,30 @@ TEST(SelectConfig, OverlapsTheGemmsWhereverGemm1Has16TokenTiles) {
   ConfigInput no_picks = deepseek(8);
   no_picks.top_k = 0;
   EXPECT_FALSE(select_gemm_overlap(no_picks, bn16));
-  // Never with a wider token tile, whatever the tokens.
-  int wider = 0;
+  // 32-token tiles too (session 40), but never the tail kernels (a static schedule; they compile no
+  // overlap) nor a wider token tile, whatever the tokens.
+  int with = 0, without = 0;
   for (const Sm90Config& c : compiled_configs()) {
-    if (c.tile_tokens != 16) {
-      ++wider;
-      EXPECT_FALSE(select_gemm_overlap(deepseek(1), c)) << c.name();
-      EXPECT_FALSE(select_gemm_overlap(deepseek(8), c)) << c.name();
-    }
+    const bool overlaps = (c.tile_tokens == 16 || c.tile_tokens == 32) && !c.tail;
+    (overlaps ? with : without) += 1;
+    EXPECT_EQ(select_gemm_overlap(deepseek(1), c), overlaps) << c.name();
+    EXPECT_EQ(select_gemm_overlap(deepseek(512), c), overlaps) << c.name();
   }
-  EXPECT_GT(wider, 0);
+  EXPECT_EQ(with, 3);  // BN16 with 4 and 2 consumers, BN32
+  EXPECT_GT(without, 0);
+  EXPECT_FALSE(select_gemm_overlap(deepseek(1), compiled_configs()[kTailConfig]));
+}
+
+// Dynamic work units (schedule_units): every GEMM2 and GEMM1's tiles of 48 tokens or more, never
+// the tail kernels; GEMM1's decode and small tiles keep a static schedule (they count units for the
+// overlap instead).
+TEST(SelectConfig, DynamicUnitsForGemmTwoAndWideTilesButNeverTails) {
+  for (int bn : kSupportedTileTokens) {
+    EXPECT_TRUE(takes_dynamic_units(bn, false)) << bn;
+    EXPECT_EQ(takes_dynamic_units(bn, true), bn >= 48) << bn;
+    EXPECT_FALSE(takes_dynamic_units(bn, false, true)) << bn;
+    EXPECT_FALSE(takes_dynamic_units(bn, true, true)) << bn;
+  }
 }
 
 // max_gemm_tiles bounds the plan's token tiles (sum over experts of ceil(rows / BN)) for every way
@@ -292,7 +307,15 @@ TEST(SelectConfig, TailTilesOnlyBehindTilesOf128OrMore) {
   // The tail config's tile holds every tail the plan cuts off (tail_rows = its tile tokens).
   const Sm90Config& tail_cfg = compiled_configs()[kTailConfig];
   EXPECT_EQ(tail_cfg.tile_tokens, kTailRows);
-  EXPECT_EQ(tail_cfg.name(), "BN32_C4_S5_x1_db_c2");
+  EXPECT_EQ(tail_cfg.name(), "BN32_C4_S5_x1_db_c2_tail");
+  EXPECT_TRUE(tail_cfg.tail);
+  // Its kernels are the small BN32's but for the schedule and the overlap (Sm90Config::tail).
+  Sm90Config main_bn32 = tail_cfg;
+  main_bn32.tail = false;
+  EXPECT_EQ(main_bn32.name(), compiled_configs()[1].name());
+  int tails = 0;
+  for (const Sm90Config& c : compiled_configs()) tails += c.tail ? 1 : 0;
+  EXPECT_EQ(tails, 1);
   for (const Sm90Config& c : compiled_configs()) {
     const auto tail = select_tail(c);
     if (c.tile_tokens >= 128) {
@@ -537,7 +560,7 @@ TEST(TuneTable, CompiledConfigNames) {
   const std::vector<std::string> want = {"BN16_C4_S4_x1_db_c4", "BN32_C4_S5_x1_db_c2", "BN64_C4_S4_x1_c2",
                                          "BN128_C2_S6_x1_db",   "BN128_C4_S5_x1",      "BN256_C2_S4_x1_db",
                                          "BN96_C4_S6_x1",       "BN48_C4_S5_x1_db_c2", "BN16_C2_S4_x1_db_c4",
-                                         "BN80_C4_S9_x1"};
+                                         "BN80_C4_S9_x1",       "BN32_C4_S5_x1_db_c2_tail"};
   EXPECT_EQ(names, want);
 }
 

@@ -848,13 +848,15 @@ TEST(MoeGpu, TailTilesOnOtherLayersAndAnExpertShard) {
 // 4-consumer tile's second m-block has two idle consumers, which must not count). Two tests: the
 // single forwards alone (OneForwardAtATime), and with the forwards back to back after them
 // (AlsoBackToBack), so that a sanitizer run can take the short one (racecheck took 58 s for both
-// parts on an H200 in session 20).
-void check_gemm_overlap(bool back_to_back) {
+// parts on an H200 in session 20). With `config`, both layers run that config (the small BN32's
+// overlap, session 40) instead of the default choice (BN16 at these T).
+void check_gemm_overlap(bool back_to_back, const std::string& config = "") {
   struct Case {
     const char* preset;
     int factor;
   };
   for (const Case c : {Case{"deepseek-r1", 4}, Case{"gpt-oss-20b", 2}, Case{"qwen3-30b-a3b", 4}}) {
+    SCOPED_TRACE(config.empty() ? std::string("default configs") : config);
     MoeProblem full;
     ASSERT_OK(get_preset(c.preset, &full));
     MoeProblem p = scaled_preset(full, c.factor);
@@ -869,6 +871,7 @@ void check_gemm_overlap(bool back_to_back) {
       opt.gemm_overlap = overlap;
       Status st = MoeLayer::create_dummy(p, seed, opt, &layers[overlap]);
       FP4MOE_ASSERT_CREATED(st);
+      ASSERT_OK(layers[overlap]->force_sm90_config(config));
     }
     auto rng = make_rng(seed);
     std::uniform_int_distribution<int> pick(0, E - 1);
@@ -883,7 +886,8 @@ void check_gemm_overlap(bool back_to_back) {
       const std::string gemm2 = layers[1]->kernel_info(T).gemm2;
       ASSERT_NE(gemm2.find("overlaps GEMM1"), std::string::npos) << what << ": " << gemm2;
       EXPECT_EQ(layers[0]->kernel_info(T).gemm2.find("overlaps GEMM1"), std::string::npos) << what;
-      // (16-token GEMM2 tiles, with the overlap or without: dynamically taken units either way)
+      // (16- and 32-token GEMM2 tiles, with the overlap or without: dynamically taken units either way)
+      if (!config.empty()) EXPECT_NE(gemm2.find(config + ","), std::string::npos) << what << ": " << gemm2;
       EXPECT_NE(gemm2.find("dynamic units"), std::string::npos) << what << ": " << gemm2;
       EXPECT_NE(layers[0]->kernel_info(T).gemm2.find("dynamic units"), std::string::npos) << what;
       hidden[i] = testing::random_hidden(rng, T, p.hidden_size);
@@ -957,11 +961,13 @@ void check_gemm_overlap(bool back_to_back) {
 TEST(MoeGpu, GemmOverlapGivesTheSameBitsOneForwardAtATime) {
   FP4MOE_REQUIRE_GPU();
   check_gemm_overlap(false);
+  check_gemm_overlap(false, "BN32_C4_S5_x1_db_c2");
 }
 
 TEST(MoeGpu, GemmOverlapGivesTheSameBitsAlsoBackToBack) {
   FP4MOE_REQUIRE_GPU();
   check_gemm_overlap(true);
+  check_gemm_overlap(true, "BN32_C4_S5_x1_db_c2");
 }
 
 // The prefill tiles (48 tokens or more) take their work units dynamically, from the workspace's

@@ -247,7 +247,7 @@ KernelInfo MoeLayer::kernel_info(int64_t num_tokens) const {
     };
     // (sm90::takes_dynamic_units: moe_gemm_sm90.cuh, schedule_units)
     auto dynamic = [](const sm90::Sm90Config& c, bool gemm1) {
-      return sm90::takes_dynamic_units(c.tile_tokens, gemm1) ? ", dynamic units" : "";
+      return sm90::takes_dynamic_units(c.tile_tokens, gemm1, c.tail) ? ", dynamic units" : "";
     };
     // (the tail launches run only where an expert can hold more than one tile of rows)
     const auto tail = num_tokens * impl_->problem.top_k() > c1.tile_tokens ? impl_->tail_config(c1) : std::nullopt;

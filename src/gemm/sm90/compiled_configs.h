@@ -2,7 +2,7 @@
 // GEMM2 kernel for each entry, in this order, and compiled_configs() (tune.cpp) is the runtime list
 // that select_config, narrow_for_few_tiles and the tail launch index (kNarrowDecodeConfig,
 // kTailConfig) and that --tune measures. Fields as Sm90Config: tile tokens, consumers, stages, CTAs
-// per SM, regime, double-buffered A fragments, K chunks per stage. One entry a line:
+// per SM, regime, double-buffered A fragments, K chunks per stage, tail kernels. One entry a line:
 // scripts/ptxas-check.sh counts the lines that open with "{<digits>," to know how many kernels the
 // translation units must hold; tests/test_config.cpp pins the names.
 #pragma once
@@ -59,6 +59,11 @@ inline constexpr Sm90Config kCompiledConfigs[] = {
     // stages measured +1.4% at DeepSeek-R1 T=2304 in the same run and keeps 6
     // (bench/results/2026-11-30_h200_s8_run7_stages_8e1b50f.txt).
     {80, 4, 9, 1, "large: 57-64 rows per expert"},
+    // The tail launches' kernels (select_tail, kTailConfig): the small BN32 entry's parameters with a
+    // static schedule and no overlap (Sm90Config::tail), which that entry's kernels had until session
+    // 40 gave them dynamic GEMM2 units and the GEMM1/GEMM2 overlap. Also a tuning candidate: --tune
+    // sets the two against each other.
+    {32, 4, 5, 1, "tail: <= 32 rows past a full tile", true, 2, true},
 };
 inline constexpr int kNumCompiledConfigs = int(sizeof(kCompiledConfigs) / sizeof(kCompiledConfigs[0]));
 

@@ -11,7 +11,7 @@ namespace fp4moe::sm90 {
 std::string Sm90Config::name() const {
   return "BN" + std::to_string(tile_tokens) + "_C" + std::to_string(consumers) + "_S" + std::to_string(stages) +
          "_x" + std::to_string(ctas_per_sm) + (double_buffer ? "_db" : "") +
-         (chunks_per_stage != 1 ? "_c" + std::to_string(chunks_per_stage) : "");
+         (chunks_per_stage != 1 ? "_c" + std::to_string(chunks_per_stage) : "") + (tail ? "_tail" : "");
 }
 
 int64_t max_gemm_tiles(const ConfigInput& in, const Sm90Config& c, int64_t m_units) {
@@ -41,8 +41,9 @@ std::optional<Sm90Config> select_tail(const Sm90Config& main) {
 }
 
 bool select_gemm_overlap(const ConfigInput& in, const Sm90Config& gemm1) {
-  // The kernels compile it only for 16-token tiles (Sm90Traits::kOverlaps).
-  return gemm1.tile_tokens == 16 && in.num_tokens > 0 && in.num_local_experts > 0 && in.top_k > 0;
+  // The kernels compile it only for 16- and 32-token tiles, not the tail kernels (Sm90Traits::kOverlaps).
+  return (gemm1.tile_tokens == 16 || gemm1.tile_tokens == 32) && !gemm1.tail && in.num_tokens > 0 &&
+         in.num_local_experts > 0 && in.top_k > 0;
 }
 
 int select_split_k(const ConfigInput& in, const Sm90Config& c, int64_t m_units, int64_t k_units) {

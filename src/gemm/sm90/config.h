@@ -18,6 +18,10 @@ struct Sm90Config {
   const char* regime = "";
   bool double_buffer = false;  // double-buffered A fragments (name suffix "_db")
   int chunks_per_stage = 1;    // K chunks per pipeline stage (N > 1: name suffix "_cN")
+  // The tail launches' kernels (select_tail, name suffix "_tail"): a static schedule and no GEMM1/
+  // GEMM2 overlap, which a tail launch cannot share with its main launch. Runs as a main config too
+  // (--config), as the BN32 kernels did before they took dynamic units and the overlap (session 40).
+  bool tail = false;
   std::string name() const;
 };
 
@@ -116,13 +120,15 @@ Sm90Config select_ranged_gemm2(const ConfigInput& in, const Sm90Config& c, int64
 // experts' weights; with tiles narrower than 128 too few experts overflow a tile to repay that
 // (reasoning from simulated tile counts, not measured).
 std::optional<Sm90Config> select_tail(const Sm90Config& main);
-constexpr int kTailConfig = 1;
+constexpr int kTailConfig = 10;
 constexpr int kTailRows = 32;  // the tail config's tile tokens
 
 // GEMM1/GEMM2 overlap (LayerOptions::gemm_overlap, MoeGemmParams::overlap): GEMM2 starts a token
 // tile as soon as GEMM1 has finished it, on the SMs that GEMM1's last, partial round of tiles leaves
-// idle. Chosen wherever GEMM1 runs 16-token tiles (the decode configs, the only ones that compile
-// it); the caller excludes split-K and tail launches.
+// idle. Chosen wherever GEMM1 runs 16- or 32-token tiles other than the tail kernels (the decode
+// and small configs, the only ones that compile it); the caller excludes split-K and tail launches.
+// The 32-token tiles since session 40: a trace of gpt-oss-20b at T=128 (BN32, 5.6 rounds of GEMM1
+// tiles on a static schedule) had GEMM1's CTAs ending 27 us apart and GEMM2 waiting for the last.
 // Until session 22 it was limited to at most 5.5 expected rounds of GEMM1 tiles: with each GEMM1
 // consumer warpgroup waiting for a gpu-scope release of its count after every tile, the overlap lost
 // above that (session 9: Qwen3-30B T=64 +1.4%, Llama-4-Scout T=128 +1.6%, gpt-oss-120b T=16 +3.2%;
@@ -140,11 +146,11 @@ constexpr int kTailRows = 32;  // the tail config's tile tokens
 bool select_gemm_overlap(const ConfigInput& in, const Sm90Config& gemm1);
 
 // Whether a GEMM's kernels of this tile width take their work units dynamically (moe_gemm_sm90.cuh's
-// schedule_units and Sm90Traits::kTileHandoff, which is this): the decode GEMM2 (16 tokens) and both
-// GEMMs' tiles of 48 tokens or more. The others run a static schedule (unit blockIdx.x, then every
-// gridDim.x-th).
-constexpr bool takes_dynamic_units(int tile_tokens, bool gemm1) {
-  return (tile_tokens == 16 && !gemm1) || tile_tokens >= 48;
+// schedule_units and Sm90Traits::kTileHandoff, which is this): the decode and small GEMM2s (16 and
+// 32 tokens) and both GEMMs' tiles of 48 tokens or more, never the tail kernels (Sm90Config::tail).
+// The others run a static schedule (unit blockIdx.x, then every gridDim.x-th).
+constexpr bool takes_dynamic_units(int tile_tokens, bool gemm1, bool tail = false) {
+  return !tail && ((tile_tokens <= 32 && !gemm1) || tile_tokens >= 48);
 }
 
 // The tile sizes instantiated (a dispatch default fails loudly for anything else).

@@ -96,7 +96,8 @@ Status launch_traits(const MoeGemmParams& p, int num_sms, cudaStream_t stream) {
 template <class T>
 bool traits_match(const Sm90Config& c) {
   return c.tile_tokens == T::kBN && c.consumers == T::kConsumers && c.stages == T::kStages &&
-         c.ctas_per_sm == T::kCtasPerSm && c.double_buffer == T::kDoubleBuffer && c.chunks_per_stage == T::kChunks;
+         c.ctas_per_sm == T::kCtasPerSm && c.double_buffer == T::kDoubleBuffer && c.chunks_per_stage == T::kChunks &&
+         c.tail == T::kRunsTails;
 }
 
 // The instantiations: one per entry of kCompiledConfigs (compiled_configs.h), same order.
@@ -104,7 +105,7 @@ template <bool kGemm1, int I>
 using CompiledTraitsAt =
     Sm90Traits<kCompiledConfigs[I].tile_tokens, kCompiledConfigs[I].consumers, kCompiledConfigs[I].stages,
                kCompiledConfigs[I].ctas_per_sm, kGemm1, kCompiledConfigs[I].double_buffer,
-               kCompiledConfigs[I].chunks_per_stage>;
+               kCompiledConfigs[I].chunks_per_stage, kCompiledConfigs[I].tail>;
 template <bool kGemm1, int... I>
 std::tuple<CompiledTraitsAt<kGemm1, I>...>* compiled_traits(std::integer_sequence<int, I...>);
 template <bool kGemm1>

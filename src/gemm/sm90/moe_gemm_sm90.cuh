@@ -168,7 +168,7 @@ __device__ __forceinline__ void fence_accumulators(float (&acc)[kAcc]) {
 }
 
 template <int kBN_, int kConsumers_, int kStages_, int kCtasPerSm_, bool kGemm1_, bool kDoubleBuffer_ = false,
-          int kChunks_ = 1>
+          int kChunks_ = 1, bool kTail_ = false>
 struct Sm90Traits {
   static constexpr bool kDoubleBuffer = kDoubleBuffer_;  // A fragments (see consume_tile)
   static constexpr int kBN = kBN_;
@@ -182,12 +182,14 @@ struct Sm90Traits {
   static constexpr int kSlots = kStages * kChunks;
   static constexpr int kCtasPerSm = kCtasPerSm_;
   static constexpr bool kGemm1 = kGemm1_;
-  // May run tail launches (MoeGemmParams::tail_of; config.h's kTailConfig): the 4-consumer BN32 only.
-  static constexpr bool kRunsTails = kBN == 32 && kConsumers == 4;
-  // May run with MoeGemmParams::overlap (sm90::select_gemm_overlap picks only 16-token tiles): the
-  // other kernels do not compile its code (in the 4-consumer BN96 GEMM1 it cost 5 SASS instructions
-  // per K chunk through register allocation).
-  static constexpr bool kOverlaps = kBN == 16;
+  // May run tail launches (MoeGemmParams::tail_of; config.h's kTailConfig, Sm90Config::tail): the
+  // 4-consumer BN32 tail kernels only.
+  static constexpr bool kRunsTails = kTail_;
+  static_assert(!kTail_ || (kBN == 32 && kConsumers == 4), "the tail kernels are the 4-consumer BN32's");
+  // May run with MoeGemmParams::overlap (sm90::select_gemm_overlap picks only 16- and 32-token tiles):
+  // the other kernels do not compile its code (in the 4-consumer BN96 GEMM1 it cost 5 SASS
+  // instructions per K chunk through register allocation), nor do the tail kernels.
+  static constexpr bool kOverlaps = (kBN == 16 || kBN == 32) && !kTail_;
   // Keeps the plan's per-expert counts and first rows in shared memory beside tile_start (three
   // tables of kMaxLocalExperts + 1 words), so that a tile's lookup (find_tile_shared) waits for no
   // global load: the 16-token tiles of decode, where each tile's setup is a visible share of the time
@@ -219,7 +221,7 @@ struct Sm90Traits {
   // (DeepSeek-R1 T=2048: 150 us of a 2.5-ms GEMM1, session 26's trace). In GEMM1's BN16 kernels it
   // cost the K loop 6 SASS instructions per four chunks (and in session 20's 4-consumer BN128 a
   // spill inside the K loop).
-  static constexpr bool kTileHandoff = takes_dynamic_units(kBN, kGemm1);
+  static constexpr bool kTileHandoff = takes_dynamic_units(kBN, kGemm1, kTail_);
   // A GEMM's main launch and its tail launch would share its unit counter, zeroed once a forward by
   // the plan: the tail kernels must keep a static schedule.
   static_assert(!(kRunsTails && kTileHandoff), "a tail-launch config must not take dynamic units");
