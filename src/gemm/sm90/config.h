@@ -129,6 +129,10 @@ constexpr int kTailRows = 32;  // the tail config's tile tokens
 // and small configs, the only ones that compile it); the caller excludes split-K and tail launches.
 // The 32-token tiles since session 40: a trace of gpt-oss-20b at T=128 (BN32, 5.6 rounds of GEMM1
 // tiles on a static schedule) had GEMM1's CTAs ending 27 us apart and GEMM2 waiting for the last.
+// With the overlap and dynamic GEMM2 units, A/B against the static BN32 on one H200 (3 repetitions,
+// bench/results/2026-12-03_h200_s40_run5_bn32-overlap-ab_9fb9b52.txt): faster at all eight points,
+// -1.0 to -3.9% (DeepSeek-R1 T = 512 / 768 -2.2 / -1.2%, gpt-oss-120b T=512 -2.5%, gpt-oss-20b T =
+// 96 / 128 -1.9 / -1.3%, Llama-4-Scout T=256 -1.9%, Mixtral T=64 -1.0%, Qwen3-30B T=256 -3.9%).
 // Until session 22 it was limited to at most 5.5 expected rounds of GEMM1 tiles: with each GEMM1
 // consumer warpgroup waiting for a gpu-scope release of its count after every tile, the overlap lost
 // above that (session 9: Qwen3-30B T=64 +1.4%, Llama-4-Scout T=128 +1.6%, gpt-oss-120b T=16 +3.2%;
