@@ -71,7 +71,8 @@ TEST(SelectConfig, RegimesFollowRowsPerExpert) {
   // DeepSeek-R1: rows per expert = T * 8 / 256 = T / 32.
   EXPECT_EQ(select_config(deepseek(1)).tile_tokens, 16);
   EXPECT_EQ(select_config(deepseek(256)).tile_tokens, 16);    // 8 rows per expert
-  EXPECT_EQ(select_config(deepseek(257)).tile_tokens, 32);
+  EXPECT_EQ(select_config(deepseek(320)).tile_tokens, 16);    // 10 (session 40; 8 before)
+  EXPECT_EQ(select_config(deepseek(321)).tile_tokens, 32);
   EXPECT_EQ(select_config(deepseek(512)).tile_tokens, 32);
   EXPECT_EQ(select_config(deepseek(768)).tile_tokens, 32);    // 24 rows per expert
   EXPECT_EQ(select_config(deepseek(769)).tile_tokens, 48);

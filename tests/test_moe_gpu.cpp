@@ -499,7 +499,7 @@ TEST(MoeGpu, EveryCompiledSm90ConfigGivesTheSameBits) {
   FP4MOE_REQUIRE_GPU();
   for (Mode mode : {Mode::kW4A16, Mode::kW4A4}) {
     MoeProblem p;
-    ASSERT_NO_FATAL_FAILURE(small_deepseek(mode, 300, &p));
+    ASSERT_NO_FATAL_FAILURE(small_deepseek(mode, 352, &p));
     const uint64_t seed = testing::test_seed() + 13;
     const HostMoeWeights hw = make_random_weights(p, seed);
     LayerOptions opt;
@@ -510,10 +510,10 @@ TEST(MoeGpu, EveryCompiledSm90ConfigGivesTheSameBits) {
     auto rng = make_rng(seed);
     // On a 132-SM H200 the default runs both GEMMs narrowed (2 consumers) at T=1, GEMM1 narrowed and
     // GEMM2 not at T=6 (tests/test_config.cpp, NarrowsTheDecodeConfigOnlyForFewTiles), BN16 x 4 at
-    // T=40 and BN32 at T=300. With every token on the same experts, T = 70 and 76 are tiles of 70
-    // and 76 rows, which reach the narrower wgmma N that the other counts miss (NarrowN: BN80's 72,
-    // BN96's 72 and 80).
-    for (int64_t T : {1, 6, 40, 70, 76, 300}) {
+    // T=40 and BN32 at T=352 (11 rows per expert; T=300 until session 40's BN16 took up to 10). With
+    // every token on the same experts, T = 70 and 76 are tiles of 70 and 76 rows, which reach the
+    // narrower wgmma N that the other counts miss (NarrowN: BN80's 72, BN96's 72 and 80).
+    for (int64_t T : {1, 6, 40, 70, 76, 352}) {
       for (bool same_experts : {false, true}) {
         auto hidden = testing::random_hidden(rng, T, p.hidden_size);
         auto logits = testing::random_logits(rng, T, p.num_experts());
@@ -543,7 +543,7 @@ TEST(MoeGpu, EveryCompiledSm90ConfigGivesTheSameBits) {
 }
 
 // The README's promise: a token's output bits do not depend on the rest of the batch. The first
-// tokens of a 300-token batch (BN32 tiles on a 132-SM H200; the plan and the permute apart)
+// tokens of a 352-token batch (BN32 tiles on a 132-SM H200; the plan and the permute apart)
 // forwarded alone (T=1: a decode config, the plan and the permute in one kernel; with precomputed
 // routing also direct GEMM1) and with a few more (T=9: 72 routed pairs, fused; T=17: 136, past the
 // fused kernel's 128) must give exactly the rows they got in the batch, in both modes.
@@ -551,7 +551,7 @@ TEST(MoeGpu, OutputBitsDoNotDependOnTheBatch) {
   FP4MOE_REQUIRE_GPU();
   for (Mode mode : {Mode::kW4A16, Mode::kW4A4}) {
     MoeProblem p;
-    ASSERT_NO_FATAL_FAILURE(small_deepseek(mode, 300, &p));
+    ASSERT_NO_FATAL_FAILURE(small_deepseek(mode, 352, &p));
     const uint64_t seed = testing::test_seed() + 29;
     LayerOptions opt;
     opt.path = KernelPath::kSm90;
@@ -559,7 +559,7 @@ TEST(MoeGpu, OutputBitsDoNotDependOnTheBatch) {
     Status st = MoeLayer::create_dummy(p, seed, opt, &layer);
     FP4MOE_ASSERT_CREATED(st);
     auto rng = make_rng(seed);
-    const int64_t T = 300, H = p.hidden_size, E = p.num_experts();
+    const int64_t T = 352, H = p.hidden_size, E = p.num_experts();
     const auto hidden = testing::random_hidden(rng, T, H);
     const auto logits = testing::random_logits(rng, T, E);
     GpuRun batch;

@@ -107,7 +107,7 @@ struct KernelInfo {
                       // LayerOptions::gemm_overlap applies, ", dynamic units" where tiles are taken
                       // from a counter: GEMM2's 16-token tiles, both GEMMs' tiles of 48 or more)
   std::string gemm2;
-  std::string regime; // e.g. "decode: <= 8 rows per expert"
+  std::string regime; // e.g. "decode: <= 10 rows per expert"
 };
 
 class MoeLayer {

@@ -24,7 +24,7 @@ inline constexpr Sm90Config kCompiledConfigs[] = {
     // -4.1%; T = 1 / 512, gpt-oss-120b and Qwen3-30B within the spreads but gpt-oss-120b T=128
     // -1.6% (bench/results/2026-11-30_h200_s17_run{1,2}_*). GEMM1's kernels keep two values in a
     // small stack frame outside the K loop (scripts/ptxas-check.sh).
-    {16, 4, 4, 1, "decode: <= 8 rows per expert", true, 4},
+    {16, 4, 4, 1, "decode: <= 10 rows per expert", true, 4},
     {32, 4, 5, 1, "small: <= 24 rows per expert", true, 2},
     {64, 4, 4, 1, "medium: 41-56 rows per expert", false, 2},
     {128, 2, 6, 1, "BN128 x 2 consumers (tuning candidate)", true},

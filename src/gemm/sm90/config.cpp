@@ -177,8 +177,19 @@ Sm90Config select_config(const ConfigInput& in) {
   // boundary between the measured 64 and 72 is interpolated).
   // (All of the above was measured before tail tiles (session 7), which make BN128 and BN256 cheaper
   // at 129-160 and 257-288 rows per expert; the thresholds above 80 rows were not measured again.)
+  // Session 40 (bench/results/2026-12-03_h200_s40_run{6,7}_tune-*.txt, one H200, graph-replay ms; BN32
+  // now with the GEMM overlap and dynamic GEMM2 units, BN16 = BN16_C4_S4_x1_db_c4):
+  //   rows/expert:     8              10             12             16
+  //   Qwen3-30B     0.1155 / 0.1311  0.1258 / 0.1333 0.1329 / 0.1391 0.1622 / 0.1443   (BN16 / BN32)
+  //   gpt-oss-20b   -                0.1567 / 0.1649 0.1612 / 0.1704 0.2054 / 0.1756
+  //   DeepSeek-R1   1.8002 / 1.9535  1.9898 / 2.0874 2.1553 / 2.1438 2.7343 / 2.2714
+  //   gpt-oss-120b  0.5336 / 0.5746  0.5845 / 0.6113 0.6268 / 0.6286 0.8069 / 0.6587
+  //   Mixtral-8x7B  -                0.2656 / 0.2760 0.2887 / 0.2798 0.3759 / 0.2972
+  //   Llama-4-Scout -                0.3750 / 0.3927 0.4012 / 0.4009 0.5057 / 0.4313
+  // BN16 wins at 10 rows on all six (3.8-5.6%), 12 is mixed (Qwen3-30B and gpt-oss-20b BN16 by ~5%,
+  // Mixtral BN32 by 3%, the rest within 0.8%), 16 is BN32's everywhere: BN16 up to 10 rows (was 8).
   const auto& c = compiled_configs();
-  if (per_expert <= 8) return c[0];   // BN16
+  if (per_expert <= 10) return c[0];  // BN16
   if (per_expert <= 24) return c[1];  // BN32
   if (per_expert <= 40) return c[7];  // BN48
   if (per_expert <= 56) return c[2];  // BN64

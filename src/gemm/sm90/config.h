@@ -37,7 +37,7 @@ struct ConfigInput {
 
 // Average routed rows per local expert decides the token tile (all 1 CTA per SM, the producer's
 // registers handed to the consumers with setmaxnreg):
-//   decode  <= 8 rows per expert -> BN 16, 4 consumer warpgroups, 4 stages of 4 K chunks (bandwidth-bound)
+//   decode  <= 10 rows per expert -> BN 16, 4 consumer warpgroups, 4 stages of 4 K chunks (bandwidth-bound)
 //   small   <= 24                -> BN 32, 4 consumers, 5 stages of 2 chunks
 //   medium  <= 40                -> BN 48, 4 consumers, 5 stages of 2 chunks
 //   medium  <= 56                -> BN 64, 4 consumers, 4 stages of 2 chunks
