@@ -56,9 +56,10 @@ struct LayerOptions {
   // ranges' sums are added in the same order. Same bits either way (unlike split_k, and for such a
   // GEMM2 it replaces split_k's split); off only to measure it.
   bool range_split = true;
-  // GEMM1/GEMM2 overlap (sm90, decode): where GEMM1 runs 16-token tiles (sm90::select_gemm_overlap;
-  // never with tail tiles or a split GEMM1), GEMM2 starts a token tile as soon as GEMM1 has finished it,
-  // on the SMs GEMM1's last round leaves idle. Same bits either way; off only to measure it.
+  // GEMM1/GEMM2 overlap (sm90, decode and small batches): where GEMM1 runs 16- or 32-token tiles
+  // (sm90::select_gemm_overlap; not the tail kernels' config, never with tail tiles or a split
+  // GEMM1), GEMM2 starts a token tile as soon as GEMM1 has finished it, on the SMs GEMM1's last round
+  // leaves idle. Same bits either way; off only to measure it.
   bool gemm_overlap = true;
   // Direct GEMM1 (sm90, one token, precomputed routing, w4a16 without input weighting, H a multiple
   // of 64, top_k <= 16, a 16-token (BN16) decode config without split-K): GEMM1 reads the token's
@@ -105,7 +106,8 @@ struct KernelInfo {
                       // ", K in N ranges" for a GEMM2 over canonical K ranges, with ", split at
                       // them" where LayerOptions::range_split splits it, ", overlaps GEMM1" where
                       // LayerOptions::gemm_overlap applies, ", dynamic units" where tiles are taken
-                      // from a counter: GEMM2's 16-token tiles, both GEMMs' tiles of 48 or more)
+                      // from a counter: GEMM2's 16- and 32-token tiles, both GEMMs' tiles of 48
+                      // or more, never the tail kernels)
   std::string gemm2;
   std::string regime; // e.g. "decode: <= 10 rows per expert"
 };

@@ -106,7 +106,8 @@ struct WorkspaceLayout {
   // zeroed by the plan for the tiles of the forward)
   size_t tile_done = 0;
   // int32 [2]: the next dynamically taken work unit, less the grid, of GEMM2 ([0]) and GEMM1 ([1])
-  // (schedule_units: the decode GEMM2 and the wide-tile kernels; zeroed by the plan with tile_done)
+  // (schedule_units: the decode and small GEMM2s and the wide-tile kernels; zeroed by the plan with
+  // tile_done)
   size_t next_unit = 0;
   size_t x = 0;            // bf16 tiled [x_k/64][rows_cap][64]
   size_t h = 0;            // bf16 tiled [h_k/64][rows_cap][64]

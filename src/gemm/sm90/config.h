@@ -20,7 +20,8 @@ struct Sm90Config {
   int chunks_per_stage = 1;    // K chunks per pipeline stage (N > 1: name suffix "_cN")
   // The tail launches' kernels (select_tail, name suffix "_tail"): a static schedule and no GEMM1/
   // GEMM2 overlap, which a tail launch cannot share with its main launch. Runs as a main config too
-  // (--config), as the BN32 kernels did before they took dynamic units and the overlap (session 40).
+  // (MoeLayer::force_sm90_config, fp4moe-bench --tune / --tune-only, a tune file), as the BN32
+  // kernels did before they took dynamic units and the overlap (session 40).
   bool tail = false;
   std::string name() const;
 };
@@ -48,7 +49,8 @@ struct ConfigInput {
 // "_db"); BN16 puts four K chunks in a pipeline stage (suffix "_c4"), BN32/48/64 two ("_c2", not to be
 // confused with "_C2", 2 consumers).
 // BN 128 with 2 consumers and BN 256 (2 consumers) are compiled as tuning candidates only; BN 16
-// with 2 consumers serves decode over few tiles (narrow_for_few_tiles).
+// with 2 consumers serves decode over few tiles (narrow_for_few_tiles); the BN32 tail kernels
+// (Sm90Config::tail) serve the tail launches and are a tuning candidate too.
 // (thresholds measured with fp4moe-bench --tune on an H200: see config.cpp)
 // Only BN 128 with 2 consumers buckets its tiles' wgmma N: each bucket is another inlined K loop, and
 // elsewhere ptxas ran out of registers and serialized every wgmma (C7512; scripts/ptxas-check.sh).
@@ -111,10 +113,10 @@ Sm90Config select_ranged_gemm2(const ConfigInput& in, const Sm90Config& c, int64
 // run at most kTailRows past a multiple of the tile (more than one tile's worth) would otherwise spend
 // a whole main-width tile, all of its weights decoded and multiplied again, on those few rows: with
 // uniform routing at 256 rows per expert (DeepSeek-R1 T=8192) half the experts do, and 20% of the
-// main tiles hold at most 32 rows. The plan cuts those tails off, and a second launch of the BN32 config
-// (compiled_configs()[kTailConfig]) runs them, one tile per such expert. Returns that config, or
-// nothing where the main config keeps its tails. Bits do not change (a config changes speed, never
-// results). Measured on an H200 against the same build without tails: DeepSeek-R1 T=4096 -13.2%,
+// main tiles hold at most 32 rows. The plan cuts those tails off, and a second launch of the BN32 tail
+// config (compiled_configs()[kTailConfig], Sm90Config::tail) runs them, one tile per such expert.
+// Returns that config, or nothing where the main config keeps its tails. Bits do not change (a
+// config changes speed, never results). Measured on an H200 against the same build without tails: DeepSeek-R1 T=4096 -13.2%,
 // T=8192 -6.9%, T=3072 +0.1%; Llama-4-Maverick T=16384 -14.5%; gpt-oss-120b T=8192 -6.6%
 // (bench/results/2026-11-30_h200_s7_run1_tail-tiles_a59e4b7.txt). The tail launch re-reads those
 // experts' weights; with tiles narrower than 128 too few experts overflow a tile to repay that

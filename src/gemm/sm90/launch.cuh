@@ -16,6 +16,14 @@
 
 namespace fp4moe::sm90 {
 
+// The indexed entries of compiled_configs.h (config.h's kTailConfig and kNarrowDecodeConfig).
+static_assert(kCompiledConfigs[kTailConfig].tail && kCompiledConfigs[kTailConfig].tile_tokens == kTailRows &&
+                  kCompiledConfigs[kTailConfig].consumers == 4,
+              "kTailConfig must name the 4-consumer BN32 tail kernels");
+static_assert(kCompiledConfigs[kNarrowDecodeConfig].tile_tokens == 16 &&
+                  kCompiledConfigs[kNarrowDecodeConfig].consumers == 2 && !kCompiledConfigs[kNarrowDecodeConfig].tail,
+              "kNarrowDecodeConfig must name the 2-consumer BN16");
+
 // The launch of one instantiation (kDirect: direct GEMM1, MoeGemmParams::direct_ids; kRanged: GEMM2
 // over canonical K ranges, moe_gemm_sm90.cuh).
 template <class T, bool kDirect, bool kRanged = false>

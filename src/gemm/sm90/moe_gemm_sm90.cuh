@@ -215,13 +215,16 @@ struct Sm90Traits {
   // then do no lookup of their own: [kStages] int4 of (local expert, first row, rows, work unit),
   // in the slot of the unit's first stage (unit -1: no more units). The producer writes it between
   // its wait on that stage's empty barrier and its arrival on the full one; the consumers read it
-  // after their wait on the full barrier, before they release the stage. The decode GEMM2, where
-  // tiles are short (32 K chunks at DeepSeek-R1, 12 at Qwen3-30B), and both GEMMs' wide tiles (48
+  // after their wait on the full barrier, before they release the stage. The decode and small
+  // GEMM2s (16 and 32 tokens; 32 since session 40), where tiles are short (32 K chunks at
+  // DeepSeek-R1, 12 at Qwen3-30B), and both GEMMs' wide tiles (48
   // tokens or more: prefill), whose static schedule left GEMM1's CTAs ending up to ~2 tiles apart
   // (DeepSeek-R1 T=2048: 150 us of a 2.5-ms GEMM1, session 26's trace). In GEMM1's BN16 kernels it
   // cost the K loop 6 SASS instructions per four chunks (and in session 20's 4-consumer BN128 a
   // spill inside the K loop).
   static constexpr bool kTileHandoff = takes_dynamic_units(kBN, kGemm1, kTail_);
+  // `counted` and `count_free` serve one role a kernel: GEMM1's overlap count or the unit hand-off.
+  static_assert(!(kGemm1 && kOverlaps && kTileHandoff), "counted/count_free: one role per kernel");
   // A GEMM's main launch and its tail launch would share its unit counter, zeroed once a forward by
   // the plan: the tail kernels must keep a static schedule.
   static_assert(!(kRunsTails && kTileHandoff), "a tail-launch config must not take dynamic units");
@@ -1004,7 +1007,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   // short (32 K chunks at DeepSeek-R1) and a tile's setup a visible share. (In GEMM1 the branch cost
   // its BN16 K loop an instruction: it keeps the division, a multiply-high since FastDiv.)
   const bool unsplit = !T::kGemm1 && split == 1;
-  // GEMM2's decode kernels and the wide-tile kernels (kTileHandoff) take their work units
+  // GEMM2's decode and small kernels and the wide-tile kernels (kTileHandoff) take their work units
   // dynamically: each CTA its first by blockIdx.x, then the next from a counter (ws.next_unit,
   // zeroed by the plan; schedule_units), so that the SMs GEMM1 leaves first (with the overlap) take
   // more of GEMM2's units. The producer hands each unit to the consumers with its tile (tile_info),
