@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -849,8 +850,11 @@ TEST(MoeGpu, TailTilesOnOtherLayersAndAnExpertShard) {
 // single forwards alone (OneForwardAtATime), and with the forwards back to back after them
 // (AlsoBackToBack), so that a sanitizer run can take the short one (racecheck took 58 s for both
 // parts on an H200 in session 20). With `config`, both layers run that config (the small BN32's
-// overlap, session 40) instead of the default choice (BN16 at these T).
-void check_gemm_overlap(bool back_to_back, const std::string& config = "") {
+// overlap, session 40) instead of the default choice (BN16 at these T). `Ts` are the three token
+// counts; with `expert_pool` > 0 every token picks its experts among the first expert_pool only, so
+// that tiles hold many rows (BN32 tiles of 9-32 rows and experts of two tiles, wgmma N of 16 and 32).
+void check_gemm_overlap(bool back_to_back, const std::string& config = "", std::array<int64_t, 3> Ts = {1, 3, 6},
+                        int expert_pool = 0) {
   struct Case {
     const char* preset;
     int factor;
@@ -860,8 +864,9 @@ void check_gemm_overlap(bool back_to_back, const std::string& config = "") {
     MoeProblem full;
     ASSERT_OK(get_preset(c.preset, &full));
     MoeProblem p = scaled_preset(full, c.factor);
-    p.max_tokens = 8;
+    p.max_tokens = std::max<int64_t>(8, *std::max_element(Ts.begin(), Ts.end()));
     const int E = p.num_experts(), K = p.top_k();
+    ASSERT_TRUE(expert_pool == 0 || (expert_pool >= K && expert_pool <= E)) << expert_pool;
     const uint64_t seed = testing::test_seed() + 53;
     const HostMoeWeights hw = make_random_weights(p, seed);
     std::unique_ptr<MoeLayer> layers[2];
@@ -874,8 +879,7 @@ void check_gemm_overlap(bool back_to_back, const std::string& config = "") {
       ASSERT_OK(layers[overlap]->force_sm90_config(config));
     }
     auto rng = make_rng(seed);
-    std::uniform_int_distribution<int> pick(0, E - 1);
-    const int64_t Ts[3] = {1, 3, 6};
+    std::uniform_int_distribution<int> pick(0, (expert_pool > 0 ? expert_pool : E) - 1);
     std::vector<uint16_t> hidden[3];
     std::vector<int32_t> ids[3];
     std::vector<float> wts[3];
@@ -887,7 +891,9 @@ void check_gemm_overlap(bool back_to_back, const std::string& config = "") {
       ASSERT_NE(gemm2.find("overlaps GEMM1"), std::string::npos) << what << ": " << gemm2;
       EXPECT_EQ(layers[0]->kernel_info(T).gemm2.find("overlaps GEMM1"), std::string::npos) << what;
       // (16- and 32-token GEMM2 tiles, with the overlap or without: dynamically taken units either way)
-      if (!config.empty()) EXPECT_NE(gemm2.find(config + ","), std::string::npos) << what << ": " << gemm2;
+      if (!config.empty()) {
+        EXPECT_NE(gemm2.find(config + ","), std::string::npos) << what << ": " << gemm2;
+      }
       EXPECT_NE(gemm2.find("dynamic units"), std::string::npos) << what << ": " << gemm2;
       EXPECT_NE(layers[0]->kernel_info(T).gemm2.find("dynamic units"), std::string::npos) << what;
       hidden[i] = testing::random_hidden(rng, T, p.hidden_size);
@@ -968,6 +974,15 @@ TEST(MoeGpu, GemmOverlapGivesTheSameBitsAlsoBackToBack) {
   FP4MOE_REQUIRE_GPU();
   check_gemm_overlap(true);
   check_gemm_overlap(true, "BN32_C4_S5_x1_db_c2");
+}
+
+// The BN32 overlap with tiles of many rows (session 40's review: the tests above give it one tile of
+// at most 6 rows per expert): every token on 16 experts, T = 24 / 40 / 64, so 6-32 rows per expert
+// for gpt-oss-20b/2 (top-4) and 12-32 for the top-8 presets, some experts past 32 (two tiles), single
+// forwards and back to back. (Written in session 40 after its last GPU run: not yet run on a GPU.)
+TEST(MoeGpu, GemmOverlapOnManyRowBn32TilesGivesTheSameBits) {
+  FP4MOE_REQUIRE_GPU();
+  check_gemm_overlap(true, "BN32_C4_S5_x1_db_c2", {24, 40, 64}, 16);
 }
 
 // The prefill tiles (48 tokens or more) take their work units dynamically, from the workspace's
