@@ -65,7 +65,7 @@ class HummingPeer(peers_marlin.GemmsPeer):
     def _uniform_tensor(self, name, shape, dtype):
         torch = self.torch
         if self.kind == "mxfp4" and name == "weight_scale":  # e8m0: 2^(e % 8) for expert e
-            byte = (127 + torch.log2(peers_marlin.expert_factors(self.E, self.device))).to(torch.uint8)
+            byte = peers_marlin.expert_factors_e8m0(self.E, self.device)
             return byte.reshape((self.E,) + (1,) * (len(shape) - 1)).expand(shape).contiguous()
         if dtype == torch.uint8:
             return torch.full(shape, 0x22, device=self.device, dtype=torch.uint8)  # two codes of 1.0

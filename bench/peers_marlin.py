@@ -222,7 +222,7 @@ class MarlinPeer(GemmsPeer):
                 s13, s2 = torch.full_like(self.s13, 0xB8), torch.full_like(self.s2, 0xB8)
                 g = self.g13 * factor
             else:  # e8m0 scales 2^(e % 8)
-                byte = (127 + torch.log2(factor)).to(torch.uint8)[:, None, None]
+                byte = expert_factors_e8m0(self.E)[:, None, None]
                 s13, s2 = byte.expand_as(self.s13).contiguous(), byte.expand_as(self.s2).contiguous()
                 g = self.g13
             self._uniform = (torch.full_like(self.w13, one), s13, g, torch.full_like(self.w2, one), s2, g.clone())
@@ -238,6 +238,13 @@ def expert_factors(experts, device="cuda"):
     import torch
 
     return 2.0 ** (torch.arange(experts, device=device) % 8).float()
+
+
+def expert_factors_e8m0(experts, device="cuda"):
+    """expert_factors as e8m0 bytes (uint8, 127 + e % 8): MXFP4 block scales of those factors."""
+    import torch
+
+    return (127 + torch.log2(expert_factors(experts, device))).to(torch.uint8)
 
 
 def check_gemm_pair(peer, x, ids, top_k, h1, out, a2, router=None):

@@ -251,10 +251,10 @@ def main():
     args = ap.parse_args()
     H, I, E, k = PRESETS[args.preset]
     gen = torch.Generator(device="cuda").manual_seed(0)
+    kind = weight_kind(args.preset)  # (the Marlin and Humming peers' weights)
     marlin, marlin_info = None, None
     if args.marlin_lib:
         path = peers_marlin.default_lib() if args.marlin_lib == "default" else args.marlin_lib
-        kind = weight_kind(args.preset)
 
         def build_marlin(info):
             peer = peers_marlin.MarlinPeer(peers_marlin.MarlinLib(path), H, I, E, k, kind,
@@ -266,17 +266,15 @@ def main():
                                                     "vllm": "0.34.0 (bench/marlin/build.sh)"}, build_marlin)
     humming, humming_info = None, None
     if args.humming:
-        humming_kind = weight_kind(args.preset)
-
         def build_humming(info):
             import peers_humming
             import humming as humming_package
 
             info["humming"] = humming_package.__version__
             gen_h = torch.Generator(device="cuda").manual_seed(2)
-            return peers_humming.HummingPeer(H, I, E, k, gen_h, humming_kind)
+            return peers_humming.HummingPeer(H, I, E, k, gen_h, kind)
 
-        humming, humming_info = start_peer("Humming", {"kind": WEIGHT_KIND_LABELS[humming_kind]}, build_humming)
+        humming, humming_info = start_peer("Humming", {"kind": WEIGHT_KIND_LABELS[kind]}, build_humming)
     triton, triton_info = None, None
     if args.triton:
         def build_triton(info):

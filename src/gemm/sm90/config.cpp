@@ -41,9 +41,8 @@ std::optional<Sm90Config> select_tail(const Sm90Config& main) {
 }
 
 bool select_gemm_overlap(const ConfigInput& in, const Sm90Config& gemm1) {
-  // The kernels compile it only for 16- and 32-token tiles, not the tail kernels (Sm90Traits::kOverlaps).
-  return (gemm1.tile_tokens == 16 || gemm1.tile_tokens == 32) && !gemm1.tail && in.num_tokens > 0 &&
-         in.num_local_experts > 0 && in.top_k > 0;
+  return compiles_gemm_overlap(gemm1.tile_tokens, gemm1.tail) && in.num_tokens > 0 && in.num_local_experts > 0 &&
+         in.top_k > 0;
 }
 
 int select_split_k(const ConfigInput& in, const Sm90Config& c, int64_t m_units, int64_t k_units) {

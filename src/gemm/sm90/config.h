@@ -116,8 +116,8 @@ Sm90Config select_ranged_gemm2(const ConfigInput& in, const Sm90Config& c, int64
 // main tiles hold at most 32 rows. The plan cuts those tails off, and a second launch of the BN32 tail
 // config (compiled_configs()[kTailConfig], Sm90Config::tail) runs them, one tile per such expert.
 // Returns that config, or nothing where the main config keeps its tails. Bits do not change (a
-// config changes speed, never results). Measured on an H200 against the same build without tails: DeepSeek-R1 T=4096 -13.2%,
-// T=8192 -6.9%, T=3072 +0.1%; Llama-4-Maverick T=16384 -14.5%; gpt-oss-120b T=8192 -6.6%
+// config changes speed, never results). Measured on an H200 against the same build without tails:
+// DeepSeek-R1 T=4096 -13.2%, T=8192 -6.9%, T=3072 +0.1%; Llama-4-Maverick T=16384 -14.5%; gpt-oss-120b T=8192 -6.6%
 // (bench/results/2026-11-30_h200_s7_run1_tail-tiles_a59e4b7.txt). The tail launch re-reads those
 // experts' weights; with tiles narrower than 128 too few experts overflow a tile to repay that
 // (reasoning from simulated tile counts, not measured).
@@ -150,6 +150,12 @@ constexpr int kTailRows = 32;  // the tail config's tile tokens
 //   losses: Mixtral-8x7B T = 8 / 16 / 32 +1.1 / +0.8 / +0.5% (6.1-6.8), about the spread of the
 //          repetitions.
 bool select_gemm_overlap(const ConfigInput& in, const Sm90Config& gemm1);
+
+// Whether a config's kernels compile the overlap (Sm90Traits::kOverlaps, which is this, and what
+// select_gemm_overlap requires): the 16- and 32-token tiles, not the tail kernels.
+constexpr bool compiles_gemm_overlap(int tile_tokens, bool tail) {
+  return (tile_tokens == 16 || tile_tokens == 32) && !tail;
+}
 
 // Whether a GEMM's kernels of this tile width take their work units dynamically (moe_gemm_sm90.cuh's
 // schedule_units and Sm90Traits::kTileHandoff, which is this): the decode and small GEMM2s (16 and

@@ -189,7 +189,7 @@ struct Sm90Traits {
   // May run with MoeGemmParams::overlap (sm90::select_gemm_overlap picks only 16- and 32-token tiles):
   // the other kernels do not compile its code (in the 4-consumer BN96 GEMM1 it cost 5 SASS
   // instructions per K chunk through register allocation), nor do the tail kernels.
-  static constexpr bool kOverlaps = (kBN == 16 || kBN == 32) && !kTail_;
+  static constexpr bool kOverlaps = compiles_gemm_overlap(kBN, kTail_);
   // Keeps the plan's per-expert counts and first rows in shared memory beside tile_start (three
   // tables of kMaxLocalExperts + 1 words), so that a tile's lookup (find_tile_shared) waits for no
   // global load: the 16-token tiles of decode, where each tile's setup is a visible share of the time
