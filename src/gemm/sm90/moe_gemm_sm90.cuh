@@ -648,14 +648,13 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
     const float alpha = pre_alpha, bias_gate = pre_bias0, bias_up = pre_bias1;
     // Direct GEMM1 with the overlap, once the warpgroup's stores are in (after a named barrier): this
     // unit of the token tile is in, and GEMM2 may read its rows. Thread 0's release (cumulative)
-    // orders the warpgroup's stores before the count. (Direct GEMM1 waits for the plan first, which
-    // zeroes the counts, long done by the end of a tile, and only then lets GEMM2 be scheduled:
-    // kernel end.) The other GEMM1 kernels count in the producer warpgroup (count_gemm1_units): a
-    // one-token forward has a single round of tiles.
+    // orders the warpgroup's stores before the count. (It waits for the plan first, which zeroes the
+    // counts, long done by the end of a tile; the producer warpgroup's warp 2 has let GEMM2 be
+    // scheduled once the plan was complete.) The other GEMM1 kernels count in the producer warpgroup
+    // (count_gemm1_units): a one-token forward has a single round of tiles.
     auto count_direct_unit = [&]() {
       if (kDirect && p.overlap && tid == 0) {
         pdl_wait();
-        pdl_launch_dependents();
         red_release_gpu_add(&p.ws.tile_done[x.token_tile], 1);
       }
     };
@@ -877,8 +876,8 @@ __device__ __forceinline__ void schedule_units(int32_t* next, uint32_t* slot, ui
 // from the hidden states), so it goes on at once. Each consumer warpgroup waits for them before it
 // exits (a wait in the idle producer threads made ptxas spill), so that GEMM1 still completes after
 // them, as GEMM2 and the finalize assume. With the overlap, GEMM2 reads the plan's tables without
-// waiting for GEMM1: each CTA lets it be scheduled only after such a wait (at its first tile's
-// epilogue, or at its end). Its own instantiation: a runtime flag for it made ptxas spill around
+// waiting for GEMM1: each CTA lets it be scheduled only after such a wait, in a producer warp of
+// its own while the K loop runs. Its own instantiation: a runtime flag for it made ptxas spill around
 // the warp-role split.
 // kRanged: GEMM2 over canonical K ranges (k_range_chunks, workspace.h): split at them (BN16, a work
 // unit per range) or not (the consumers run a unit range by range, consume_tile adding up their
@@ -949,7 +948,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
   if constexpr (kDirect) {
     // (The table's scratch: the staging of the epilogues, unused until then.)
     make_direct_table(p, tile_start, reinterpret_cast<int32_t*>(smem + T::kOffStaging));
-    if (!p.overlap) pdl_launch_dependents();  // (with the overlap, after a wait: below)
+    if (!p.overlap) pdl_launch_dependents();  // (with the overlap, after a wait: the producer's warp 2)
     FP4MOE_TRACE_WAITED();  // (no wait here: the trace's "waited" is when the table is ready)
   } else {
     if (!(T::kOverlaps && p.overlap)) {
@@ -1058,6 +1057,39 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
                              }
                            }
                          });
+        }
+        return;
+      }
+    }
+    if constexpr (kDirect) {
+      // Direct GEMM1 with the overlap: warp 2 waits for the plan (which zeroes tile_done) and then lets
+      // GEMM2 be scheduled while the tile's K loop runs, so that GEMM2's CTAs on the SMs GEMM1 leaves
+      // idle start early and bring their first weights into L2 (below). (Warp 1 serves dynamic units.)
+      if (__shfl_sync(0xffffffffu, tid / 32, 0) == 2) {
+        if (tid == 64 && p.overlap) {
+          pdl_wait();
+          pdl_launch_dependents();
+        }
+        return;
+      }
+    }
+    if constexpr (!T::kGemm1 && T::kOverlaps) {
+      // GEMM2 with the overlap: while the CTA's first unit waits for GEMM1's units of its token tile,
+      // warp 2 brings the unit's first weights (as many chunks as the stages hold) from DRAM into L2,
+      // since they do not depend on GEMM1; the producer's copies then read them from L2. Only for the
+      // first unit (a CTA started before GEMM1 ended), and only while its token tile is not complete.
+      if (__shfl_sync(0xffffffffu, tid / 32, 0) == 2) {
+        if (tid == 64 && p.overlap && blockIdx.x < num_work) {
+          const uint32_t t = tile_of(blockIdx.x);
+          const int64_t k0 = unsplit ? 0 : k_begin(blockIdx.x - t * uint32_t(split));
+          const int32_t token_tile = int32_t(p.div_m_blocks.div(t));
+          const TileCoord tc = coord_of(token_tile);
+          const int mu0 = int(t - uint32_t(token_tile) * uint32_t(m_blocks)) * T::kConsumers;
+          const uint32_t bytes = uint32_t(min(T::kConsumers, m_units - mu0)) * layout::kUnitBytes;
+          const int64_t k_end = min(k_units, k0 + T::kStages * T::kChunks);
+          if (__ldcg(p.ws.tile_done + token_tile) < int32_t(p.g1.m_units()))
+            for (int64_t ku = k0; ku < k_end; ++ku)
+              bulk_prefetch_l2(p.w2 + g.unit_offset(tc.expert, mu0, ku), bytes);
         }
         return;
       }
@@ -1279,10 +1311,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
     atomicAdd(trace_sums + kTraceConsumerTime, (unsigned long long)(clock64() - trace_from));
   })
   if constexpr (kDirect) {
-    if (tid == 0) {
-      pdl_wait();  // the plan and the permute complete before GEMM1 does (also in a CTA without a tile)
-      if (p.overlap) pdl_launch_dependents();
-    }
+    if (tid == 0) pdl_wait();  // the plan and the permute complete before GEMM1 does (also in a CTA without a tile)
   }
 }
 

@@ -133,6 +133,11 @@ __device__ __forceinline__ void bulk_g2s(void* smem_dst, const void* gmem_src, u
       : "memory");
 }
 
+// Global -> L2 bulk prefetch (bytes and address multiples of 16): nothing to wait for.
+__device__ __forceinline__ void bulk_prefetch_l2(const void* gmem_src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(gmem_src), "r"(bytes) : "memory");
+}
+
 // L2 policies: weights are read once per token tile (evict first), activations by every weight tile.
 __device__ __forceinline__ uint64_t policy_evict_first() {
   uint64_t p;
