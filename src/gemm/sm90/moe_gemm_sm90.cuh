@@ -1073,11 +1073,13 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
         return;
       }
     }
-    if constexpr (!T::kGemm1 && T::kOverlaps) {
+    if constexpr (!T::kGemm1 && T::kOverlaps && !(kRanged && T::kBN != 16)) {
       // GEMM2 with the overlap: while the CTA's first unit waits for GEMM1's units of its token tile,
       // warp 2 brings the unit's first weights (as many chunks as the stages hold) from DRAM into L2,
       // since they do not depend on GEMM1; the producer's copies then read them from L2. Only for the
       // first unit (a CTA started before GEMM1 ended), and only while its token tile is not complete.
+      // (Not in the ranged BN32 kernel, whose K loop it lengthened by 8 instructions; its effect
+      // there was not measured.)
       if (__shfl_sync(0xffffffffu, tid / 32, 0) == 2) {
         if (tid == 64 && p.overlap && blockIdx.x < num_work) {
           const uint32_t t = tile_of(blockIdx.x);
