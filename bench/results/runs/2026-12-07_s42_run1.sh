@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 42, run 1 (one H200): exp/gemm2-wfirst (direct GEMM1 lets GEMM2 be scheduled from a spare
+# Session 42, run 1 (asked for an H200, ran on an H100): exp/gemm2-wfirst (direct GEMM1 lets GEMM2 be scheduled from a spare
 # producer warp once the plan is complete; GEMM2's first unit brings its first stages' weights into
 # L2 while it waits for GEMM1's units) against main 4e31a18: test_moe_gpu (also session 40's unrun
 # GemmOverlapOnManyRowBn32TilesGivesTheSameBits), --check, the A/B at the decode points the change
