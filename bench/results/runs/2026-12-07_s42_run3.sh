@@ -3,7 +3,8 @@
 # kernels as peers on an H100 for the first time (Marlin, Humming; triton_kernels on gpt-oss), at the
 # decode points, in graph replay; then memcheck of the overlap and direct-GEMM1 tests (the code run 1
 # measured). Staged with FP4MOE_STAGE_PYTHON=0 FP4MOE_STAGE_MARLIN=1 FP4MOE_STAGE_HUMMING=1
-# FP4MOE_STAGE_TRITON=1 scripts/stage-gpu.sh.
+# FP4MOE_STAGE_TRITON=1 scripts/stage-gpu.sh, then bin.tar.gz repacked with fp4moe-bench and test_moe_gpu
+# alone (the carry limit).
 source scripts/gpu-lib.sh
 gpu_init
 gpu_humming_env
