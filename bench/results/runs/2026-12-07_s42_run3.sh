@@ -10,10 +10,10 @@ gpu_init
 gpu_humming_env
 gpu_triton_env
 gpu_peer_presets qwen30 1,8,128 150 --humming qwen3-30b-a3b
-[ $SECONDS -lt 260 ] && gpu_peer_presets gptoss120 1,8,128 150 "--humming --triton" gpt-oss-120b
+[ $SECONDS -lt 200 ] && gpu_peer_presets gptoss120 1,8,128 150 "--humming --triton" gpt-oss-120b
 for f in "$out"/*/peers_*.json; do
   [ -f "$f" ] && python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print(sys.argv[1].split("/")[-1], "complete:", d.get("complete"), "rows:", [r["T"] for r in d["rows"]])' "$f" >> "$log" 2>&1
 done
 GPU_SANITIZE_FILTER='*GemmOverlap*:*DirectGemm1*'
-[ $SECONDS -lt 450 ] && gpu_sanitize memcheck $((560 - SECONDS))
+[ $SECONDS -lt 330 ] && gpu_sanitize memcheck $((420 - SECONDS))
 gpu_pack all
