@@ -649,9 +649,10 @@ __device__ __forceinline__ void consume_tile(const MoeGemmParams& p, const Consu
     // Direct GEMM1 with the overlap, once the warpgroup's stores are in (after a named barrier): this
     // unit of the token tile is in, and GEMM2 may read its rows. Thread 0's release (cumulative)
     // orders the warpgroup's stores before the count. (It waits for the plan first, which zeroes the
-    // counts, long done by the end of a tile; the producer warpgroup's warp 2 has let GEMM2 be
-    // scheduled once the plan was complete.) The other GEMM1 kernels count in the producer warpgroup
-    // (count_gemm1_units): a one-token forward has a single round of tiles.
+    // counts, long done by the end of a tile; the producer warpgroup's warp 2 lets GEMM2 be
+    // scheduled once the plan is complete, in no order with this count.) The other GEMM1 kernels
+    // count in the producer warpgroup (count_gemm1_units): a one-token forward has a single round
+    // of tiles.
     auto count_direct_unit = [&]() {
       if (kDirect && p.overlap && tid == 0) {
         pdl_wait();
@@ -874,8 +875,8 @@ __device__ __forceinline__ void schedule_units(int32_t* next, uint32_t* slot, ui
 // kDirect: direct GEMM1 (MoeGemmParams::direct_ids; BN16 GEMM1 configs only): it reads nothing that
 // the plan or the permute writes (the tile table from make_direct_table, the token's row straight
 // from the hidden states), so it goes on at once. Each consumer warpgroup waits for them before it
-// exits (a wait in the idle producer threads made ptxas spill), so that GEMM1 still completes after
-// them, as GEMM2 and the finalize assume. With the overlap, GEMM2 reads the plan's tables without
+// exits (without the overlap; a wait in the idle producer threads once made ptxas spill), so that
+// GEMM1 still completes after them, as GEMM2 and the finalize assume. With the overlap, GEMM2 reads the plan's tables without
 // waiting for GEMM1: each CTA lets it be scheduled only after such a wait, in a producer warp of
 // its own while the K loop runs. Its own instantiation: a runtime flag for it made ptxas spill around
 // the warp-role split.
@@ -1064,7 +1065,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
     if constexpr (kDirect) {
       // Direct GEMM1 with the overlap: warp 2 waits for the plan (which zeroes tile_done) and then lets
       // GEMM2 be scheduled while the tile's K loop runs, so that GEMM2's CTAs on the SMs GEMM1 leaves
-      // idle start early and bring their first weights into L2 (below). (Warp 1 serves dynamic units.)
+      // idle start early and bring their first weights into L2 (below). (Warp 1 is idle here: direct
+      // GEMM1 neither counts its units nor takes dynamic ones.)
       if (__shfl_sync(0xffffffffu, tid / 32, 0) == 2) {
         if (tid == 64 && p.overlap) {
           pdl_wait();
@@ -1083,12 +1085,13 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
       if (__shfl_sync(0xffffffffu, tid / 32, 0) == 2) {
         if (tid == 64 && p.overlap && blockIdx.x < num_work) {
           const uint32_t t = tile_of(blockIdx.x);
-          const int64_t k0 = unsplit ? 0 : k_begin(blockIdx.x - t * uint32_t(split));
+          const uint32_t r = blockIdx.x - t * uint32_t(split);
+          const int64_t k0 = unsplit ? 0 : k_begin(r), k1 = unsplit ? k_units : k_begin(r + 1);
           const int32_t token_tile = int32_t(p.div_m_blocks.div(t));
           const TileCoord tc = coord_of(token_tile);
           const int mu0 = int(t - uint32_t(token_tile) * uint32_t(m_blocks)) * T::kConsumers;
           const uint32_t bytes = uint32_t(min(T::kConsumers, m_units - mu0)) * layout::kUnitBytes;
-          const int64_t k_end = min(k_units, k0 + T::kStages * T::kChunks);
+          const int64_t k_end = min(k1, k0 + T::kStages * T::kChunks);  // (not past the unit's range)
           if (__ldcg(p.ws.tile_done + token_tile) < int32_t(p.g1.m_units()))
             for (int64_t ku = k0; ku < k_end; ++ku)
               bulk_prefetch_l2(p.w2 + g.unit_offset(tc.expert, mu0, ku), bytes);
