@@ -17,4 +17,13 @@ for p in mixtral-8x7b llama4-scout; do
   FP4MOE_PROFILE_METRICS=1 timeout 120 scripts/gpu-profile.sh $p 8 >> "$log" 2>&1
 done
 gpu_trace mixtral-8x7b:8 llama4-scout:8
+# 4. the options that change the schedule at these points (GEMM1's static rounds: Mixtral 896 tiles,
+#    6.8 rounds; Scout 320 tiles, 2.4 rounds), with the SM clock and power (--clocks)
+for p in mixtral-8x7b llama4-scout; do
+  for opt in "" --split-k --no-gemm-overlap --no-range-split; do
+    echo "=== $p T=8 ${opt:-default}" >> "$log"
+    timeout 60 gpubin/bin/fp4moe-bench --preset $p --routing random --tokens 8 --clocks --iters 400 $opt 2>&1 | \
+      grep -E "^ +[0-9]+ |clock|power|MHz|W " >> "$log"
+  done
+done
 gpu_pack all
