@@ -875,11 +875,11 @@ __device__ __forceinline__ void schedule_units(int32_t* next, uint32_t* slot, ui
 // kDirect: direct GEMM1 (MoeGemmParams::direct_ids; BN16 GEMM1 configs only): it reads nothing that
 // the plan or the permute writes (the tile table from make_direct_table, the token's row straight
 // from the hidden states), so it goes on at once. Each consumer warpgroup waits for them before it
-// exits (without the overlap; a wait in the idle producer threads once made ptxas spill), so that
-// GEMM1 still completes after them, as GEMM2 and the finalize assume. With the overlap, GEMM2 reads the plan's tables without
-// waiting for GEMM1: each CTA lets it be scheduled only after such a wait, in a producer warp of
-// its own while the K loop runs. Its own instantiation: a runtime flag for it made ptxas spill around
-// the warp-role split.
+// exits, so that GEMM1 still completes after them, as GEMM2 and the finalize assume (with the
+// overlap the producer's warp 2 waits too, which makes that wait redundant but harmless). With the
+// overlap, GEMM2 reads the plan's tables without waiting for GEMM1: each CTA lets it be scheduled
+// only after such a wait, in that producer warp, while the K loop runs. Its own instantiation: a
+// runtime flag for it made ptxas spill around the warp-role split.
 // kRanged: GEMM2 over canonical K ranges (k_range_chunks, workspace.h): split at them (BN16, a work
 // unit per range) or not (the consumers run a unit range by range, consume_tile adding up their
 // sums). Instantiations of their own, so that the other kernels stay as they are (the ranges'
