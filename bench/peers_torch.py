@@ -19,7 +19,9 @@ also OpenAI's triton_kernels MoE that vLLM runs for gpt-oss on Hopper (bench/pee
 presets only): a whole layer from routing to the top-k sum (`triton_layer_ms`) and its two matmul_ogs
 calls alone (`triton_gemms_ms`), after a check against a reference of its own numerics. These extra
 peers are timed as fp4moe-bench times its graph replays (time_graphs_ms: CUDA graphs, routing sets in
-rotation at T <= 128), and also eagerly on the first set (`*_eager_ms`).
+rotation: every set fp4moe-bench timed where --routing-dir holds them all, else sets drawn here at
+T <= 128), and also eagerly on the first set (`*_eager_ms`). The torch layers and GEMMs above run set
+0 alone.
 Timed with CUDA events after a warm-up of at least --warmup calls and --warmup-ms milliseconds,
 median of --iters. Writes JSON (--json).
 """
@@ -228,8 +230,24 @@ def time_graphs_ms(runs, warmup, iters, warmup_ms):
     return statistics.median(times)
 
 
-ROTATING_SETS = 8  # routing sets the extra peers rotate through at T <= ROTATE_MAX_T
+ROTATING_SETS = 8  # routing sets the extra peers draw and rotate through at T <= ROTATE_MAX_T ...
 ROTATE_MAX_T = 128  # (above it every set touches nearly every expert)
+# ... where --routing-dir holds set 0 alone (a dump before session 43). With every set fp4moe-bench
+# timed in it, they rotate through exactly those, at every T. Drawn apart, the sets of Llama-4-Scout
+# T=8 (top-1 of 16: 5-8 experts a set) and Mixtral T=8 differed from fp4moe-bench's by several
+# percent of the bytes read, the size of the differences they were compared on (session 43).
+
+
+def load_routing(file_path, T, k, E):
+    """One routing file of --routing-dir as CUDA tensors (ids, weights), checked against the preset."""
+    try:
+        host_ids, host_w, file_e = routing_file.read(file_path)
+    except (OSError, ValueError) as exc:
+        sys.exit(f"peers_torch.py: --routing-dir: {exc}")
+    if host_ids.shape != (T, k) or file_e != E:
+        sys.exit(f"peers_torch.py: {file_path} holds T={host_ids.shape[0]} K={host_ids.shape[1]} E={file_e}, "
+                 f"not T={T} K={k} E={E}")
+    return torch.from_numpy(host_ids).to("cuda"), torch.from_numpy(host_w).to("cuda")
 
 
 def main():
@@ -303,20 +321,16 @@ def main():
     peer_infos = {"marlin": marlin_info, "humming": humming_info, "triton": triton_info}
     for T in [int(t) for t in args.tokens.split(",")]:
         x = torch.randn(T, H, device="cuda", dtype=torch.bfloat16, generator=gen)
+        fp4moe_sets = []  # the other input sets fp4moe-bench timed (a dump of every set: session 43 on)
         if args.routing_dir:
-            p = routing_file.path(args.routing_dir, args.preset, T)
-            try:
-                host_ids, host_w, file_e = routing_file.read(p)
-            except (OSError, ValueError) as exc:
-                sys.exit(f"peers_torch.py: --routing-dir: {exc}")
-            if host_ids.shape != (T, k) or file_e != E:
-                sys.exit(f"peers_torch.py: {p} holds T={host_ids.shape[0]} K={host_ids.shape[1]} E={file_e}, "
-                         f"not T={T} K={k} E={E}")
-            ids = torch.from_numpy(host_ids).to("cuda")
-            w = torch.from_numpy(host_w).to("cuda")
+            ids, w = load_routing(routing_file.path(args.routing_dir, args.preset, T), T, k, E)
+            fp4moe_sets = [load_routing(p, T, k, E)
+                           for p in routing_file.set_paths(args.routing_dir, args.preset, T)[1:]]
         else:
             ids, w = route(T, E, k, gen)
         row = {"T": T, "active_experts": int(torch.unique(ids).numel())}
+        if fp4moe_sets:
+            row["set_experts"] = [int(torch.unique(i).numel()) for i, _ in [(ids, w)] + fp4moe_sets]
         def bf16_gemms():
             xs, a, offs = gemms_inputs(x, ids, w13, w2, fp8=False)
             return lambda: gemms_bf16(xs, a, offs, w13, w2)
@@ -351,11 +365,15 @@ def main():
                         row[f"{name}_block_m"] = peer.block_m
                     row[f"{key}_eager_ms"] = time_ms(run, args.warmup, args.iters, args.warmup_ms)
                     runs = [run]
-                    if T <= ROTATE_MAX_T:  # more routing sets, the same T, drawn apart from the torch peers' inputs
+                    if fp4moe_sets:  # the very sets fp4moe-bench rotated through: a paired comparison
+                        runs += [prepare(x, ids_i, w_i) for ids_i, w_i in fp4moe_sets]
+                        row[f"{name}_routing_sets_from"] = "fp4moe-bench"
+                    elif T <= ROTATE_MAX_T:  # more routing sets, the same T, drawn apart from the torch peers' inputs
                         set_gen = torch.Generator(device="cuda").manual_seed(1000 + T)
                         for _ in range(ROTATING_SETS - 1):
                             ids_i, w_i = route(T, E, k, set_gen)
                             runs.append(prepare(x, ids_i, w_i))
+                        row[f"{name}_routing_sets_from"] = "drawn"
                     row[f"{name}_routing_sets"] = len(runs)
                     row[f"{key}_ms"] = time_graphs_ms(runs, args.warmup, args.iters, args.warmup_ms)
                 except Exception as exc:  # report, keep the other peers

@@ -1,13 +1,25 @@
 """Reads the routing files of `fp4moe-bench --dump-routing DIR` (format in tools/routing_file.h):
 one ASCII line "fp4moe-routing v1 T=<T> K=<K> E=<E>", then T*K int32 expert ids and T*K float32
-router weights, little-endian, token-major."""
+router weights, little-endian, token-major. One file per input set fp4moe-bench timed:
+<preset>_T<T>.routing for set 0, <preset>_T<T>_set<S>.routing for the others (dumps before session
+43 hold set 0 only)."""
 import os
 
 import numpy as np
 
 
-def path(directory, preset, tokens):
-    return os.path.join(directory, f"{preset}_T{tokens}.routing")
+def path(directory, preset, tokens, set_index=0):
+    suffix = f"_set{set_index}" if set_index > 0 else ""
+    return os.path.join(directory, f"{preset}_T{tokens}{suffix}.routing")
+
+
+def set_paths(directory, preset, tokens):
+    """The files of every set dumped for this preset and token count, set 0 first, up to the first
+    missing index (a dump before session 43: set 0 alone)."""
+    paths = []
+    while os.path.exists(path(directory, preset, tokens, len(paths))):
+        paths.append(path(directory, preset, tokens, len(paths)))
+    return paths
 
 
 def read(file_path):

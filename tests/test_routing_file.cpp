@@ -23,6 +23,9 @@ TEST(RoutingFile, HeaderLineThenIdsThenWeights) {
   const std::string dir = ::testing::TempDir();
   const std::string path = tools::routing_file_path(dir, "deepseek-r1", 3);
   EXPECT_EQ(path, dir + "/deepseek-r1_T3.routing");
+  // Set 0 keeps the name older dumps have; the other timed sets are numbered.
+  EXPECT_EQ(tools::routing_file_path(dir, "deepseek-r1", 3, 0), path);
+  EXPECT_EQ(tools::routing_file_path(dir, "llama4-scout", 8, 7), dir + "/llama4-scout_T8_set7.routing");
   const std::vector<int32_t> ids = {5, 0, 255, 7, 1, 2};
   const std::vector<float> w = {0.25f, 0.75f, 1.0f, 0.0f, -0.5f, 3.5f};
   ASSERT_TRUE(tools::write_routing_file(path, 3, 2, 256, ids, w));

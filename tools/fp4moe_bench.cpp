@@ -9,9 +9,9 @@
 // of CUDA-graph replays (device events, after a warm-up of at least --warmup launches of each and
 // --warmup-ms milliseconds, at most 200 ms under --tune; the two timed alternately, 10 launches of
 // one then 10 of the other, so that both run in the same power state; inputs rotated over more than
-// 3x L2 across both), effective TB/s over the bytes of the experts the routing touched, TFLOP/s,
-// and the ratio to the floor = max(touched expert bytes / copy bandwidth, FLOPs / sustained matmul
-// rate). --check compares a sample of tokens with the fp64 reference. --clocks reads the SM clock
+// 3x L2 across both, each input set with its own routing), effective TB/s over the bytes of the
+// experts the routing touched (the median input set's count), TFLOP/s, and the ratio to the floor =
+// max(touched expert bytes / copy bandwidth, FLOPs / sustained matmul rate). --check compares a sample of tokens with the fp64 reference. --clocks reads the SM clock
 // and the board's energy (NVML, tools/gpu_clocks.h) over each token count's timed launches. By
 // default the host waits for each timed launch before the next, so each starts on an idle GPU and
 // its time includes its own launch latency; --back-to-back queues them behind each other, as a
@@ -346,7 +346,11 @@ Ceilings measure_ceilings() {
 
 struct Row {
   int64_t tokens = 0;
+  // Experts the routing touched: the median over the timed input sets (the times are medians over a
+  // rotation of all of them; the same median, the upper one of an even count), and each set's count
+  // (set_experts[s]).
   int active_experts = 0;
+  std::vector<int> set_experts;
   double stream_ms = 0, graph_ms = 0;
   double floor_ms = 0, floor_bytes_ms = 0, floor_flops_ms = 0;
   double touched_gb = 0, gflop = 0;
@@ -528,33 +532,40 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
     return a;
   };
 
-  // Touched experts of set 0, and the check.
-  CHECK_OK(layer.forward(args(0), ws, layer.workspace_bytes(), stream));
-  CHECK_CUDA(cudaStreamSynchronize(stream));
-  CHECK_OK(layer.check_device_errors(ws, stream));
+  // Each timed set's routing and touched experts (--dump-routing writes every set's routing), then
+  // the check of set 0. The times are medians over a rotation of all sets, so the floor is the median
+  // set's: with set 0's alone, Llama-4-Scout T=8 (top-1 of 16) counted 5 experts where its eight sets
+  // touch 5-8 (session 43). A forward of each set: with --routing model its routing is read back
+  // from the workspace. Set 0 goes last, so that the output checked is its own.
   std::vector<int32_t> ids(size_t(T) * K);
   std::vector<float> wts(ids.size());
-  if (o.random_routing) {
-    ids = host_ids[0];
-    wts = host_wts[0];
-  } else {
-    CHECK_CUDA(cudaMemcpy(ids.data(), static_cast<char*>(ws) + wl.topk_ids, ids.size() * 4, cudaMemcpyDeviceToHost));
-    CHECK_CUDA(cudaMemcpy(wts.data(), static_cast<char*>(ws) + wl.topk_weights, wts.size() * 4,
-                          cudaMemcpyDeviceToHost));
-  }
-  std::set<int> touched(ids.begin(), ids.end());
-  row.active_experts = int(touched.size());
-  if (!o.dump_routing.empty()) {
-    // The routing whose touched experts this row reports (set 0), for the torch peers.
-    // (Named after the preset, which bench/peers_torch.py looks for; a checkpoint's model type without '/'.)
-    std::string name = o.checkpoint.empty() ? o.preset : layer.problem().name;
-    std::replace(name.begin(), name.end(), '/', '_');
-    const std::string path = tools::routing_file_path(o.dump_routing, name, T);
-    if (!tools::write_routing_file(path, T, K, E, ids, wts)) {
-      std::fprintf(stderr, "error: --dump-routing: cannot write %s: %s\n", path.c_str(), std::strerror(errno));
-      std::exit(1);
+  row.set_experts.assign(size_t(num_sets), 0);
+  for (int s = num_sets - 1; s >= 0; --s) {
+    CHECK_OK(layer.forward(args(s), ws, layer.workspace_bytes(), stream));
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    CHECK_OK(layer.check_device_errors(ws, stream));
+    if (o.random_routing) {
+      ids = host_ids[s];
+      wts = host_wts[s];
+    } else {
+      CHECK_CUDA(
+          cudaMemcpy(ids.data(), static_cast<char*>(ws) + wl.topk_ids, ids.size() * 4, cudaMemcpyDeviceToHost));
+      CHECK_CUDA(cudaMemcpy(wts.data(), static_cast<char*>(ws) + wl.topk_weights, wts.size() * 4,
+                            cudaMemcpyDeviceToHost));
+    }
+    row.set_experts[size_t(s)] = int(std::set<int>(ids.begin(), ids.end()).size());
+    if (!o.dump_routing.empty()) {
+      // (Named after the preset, which bench/peers_torch.py looks for; a checkpoint's model type without '/'.)
+      std::string name = o.checkpoint.empty() ? o.preset : layer.problem().name;
+      std::replace(name.begin(), name.end(), '/', '_');
+      const std::string path = tools::routing_file_path(o.dump_routing, name, T, s);
+      if (!tools::write_routing_file(path, T, K, E, ids, wts)) {
+        std::fprintf(stderr, "error: --dump-routing: cannot write %s: %s\n", path.c_str(), std::strerror(errno));
+        std::exit(1);
+      }
     }
   }
+  row.active_experts = int(median(std::vector<double>(row.set_experts.begin(), row.set_experts.end())));
   if (o.check && T > 0) {
     std::vector<uint16_t> out(size_t(T * H));
     CHECK_CUDA(cudaMemcpy(out.data(), d_out, out.size() * 2, cudaMemcpyDeviceToHost));
@@ -757,7 +768,9 @@ void write_json(const Options& o, const MoeProblem& p, const char* gpu, const Ce
     << ", stream and graph alternating in blocks of " << kTimingBlock << "\",\n  \"rows\": [\n";
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
-    f << "    {\"T\": " << r.tokens << ", \"active_experts\": " << r.active_experts
+    f << "    {\"T\": " << r.tokens << ", \"active_experts\": " << r.active_experts << ", \"set_experts\": [";
+    for (size_t k = 0; k < r.set_experts.size(); ++k) f << (k ? ", " : "") << r.set_experts[k];
+    f << "]"
       << ", \"stream_ms\": " << r.stream_ms << ", \"graph_ms\": " << r.graph_ms
       << ", \"validate_us\": " << r.validate_us
       << ", \"floor_ms\": " << r.floor_ms << ", \"floor_bytes_ms\": "

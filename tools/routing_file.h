@@ -1,7 +1,8 @@
-// The routing of one fp4moe-bench token count, written for bench/peers_torch.py so that the torch
-// peers time the same (token, expert, weight) assignment as fp4moe (`fp4moe-bench --dump-routing DIR`,
-// `peers_torch.py --routing-dir DIR`). Format, one file per preset and token count,
-// DIR/<preset>_T<T>.routing:
+// The routings of one fp4moe-bench token count, written for bench/peers_torch.py so that the peers
+// time the same (token, expert, weight) assignments as fp4moe (`fp4moe-bench --dump-routing DIR`,
+// `peers_torch.py --routing-dir DIR`). fp4moe-bench times a rotation of input sets, each with its own
+// routing; one file per preset, token count and set: DIR/<preset>_T<T>.routing for set 0 (the only
+// file before session 43), DIR/<preset>_T<T>_set<S>.routing for set S >= 1. Format:
 //   one ASCII line "fp4moe-routing v1 T=<T> K=<K> E=<E>\n",
 //   then T*K int32 expert ids, then T*K float32 router weights, little-endian, token-major (slot k of
 //   token t at t*K + k).
@@ -15,8 +16,8 @@
 
 namespace fp4moe::tools {
 
-inline std::string routing_file_path(const std::string& dir, const std::string& preset, int64_t T) {
-  return dir + "/" + preset + "_T" + std::to_string(T) + ".routing";
+inline std::string routing_file_path(const std::string& dir, const std::string& preset, int64_t T, int set = 0) {
+  return dir + "/" + preset + "_T" + std::to_string(T) + (set > 0 ? "_set" + std::to_string(set) : "") + ".routing";
 }
 
 // Writes the file; false (and errno set by stdio) when it cannot.

@@ -83,6 +83,21 @@ def test_routing_file_round_trip(tmp_path):
     assert w.dtype == np.float32 and w.tolist() == [[0.25, 0.75], [1.0, 0.0], [-0.5, 3.5]]
 
 
+def test_routing_file_sets_in_index_order_up_to_the_first_gap(tmp_path):
+    d = str(tmp_path)
+    assert routing_file.set_paths(d, "llama4-scout", 8) == []
+    assert routing_file.path(d, "llama4-scout", 8, 0) == routing_file.path(d, "llama4-scout", 8)
+    assert routing_file.path(d, "llama4-scout", 8, 3) == os.path.join(d, "llama4-scout_T8_set3.routing")
+    for s in (0, 1, 2, 4):  # set 3 missing: set 4 is not one of the sets
+        write_routing(routing_file.path(d, "llama4-scout", 8, s), "fp4moe-routing v1 T=1 K=1 E=16\n", [s], [1.0])
+    write_routing(routing_file.path(d, "llama4-scout", 16, 1), "fp4moe-routing v1 T=1 K=1 E=16\n", [9], [1.0])
+    paths = routing_file.set_paths(d, "llama4-scout", 8)
+    assert paths == [routing_file.path(d, "llama4-scout", 8, s) for s in (0, 1, 2)]
+    assert [int(routing_file.read(p)[0][0, 0]) for p in paths] == [0, 1, 2]
+    # a set file without set 0 is no set (a dump always writes set 0)
+    assert routing_file.set_paths(d, "llama4-scout", 16) == []
+
+
 def test_routing_file_zero_tokens(tmp_path):
     p = str(tmp_path / "z.routing")
     write_routing(p, "fp4moe-routing v1 T=0 K=8 E=256\n", [], [])
