@@ -11,10 +11,11 @@
 // one then 10 of the other, so that both run in the same power state; inputs rotated over more than
 // 3x L2 across both, each input set with its own routing), effective TB/s over the bytes of the
 // experts the routing touched (the median input set's count), TFLOP/s, and the ratio to the floor =
-// max(touched expert bytes / copy bandwidth, FLOPs / sustained matmul rate). --check compares a sample of tokens with the fp64 reference. --clocks reads the SM clock
-// and the board's energy (NVML, tools/gpu_clocks.h) over each token count's timed launches. By
-// default the host waits for each timed launch before the next, so each starts on an idle GPU and
-// its time includes its own launch latency; --back-to-back queues them behind each other, as a
+// max(touched expert bytes / copy bandwidth, FLOPs / sustained matmul rate). --check compares a
+// sample of tokens with the fp64 reference. --clocks reads the SM clock and the board's energy
+// (NVML, tools/gpu_clocks.h) over each token count's timed launches. By default the host waits for
+// each timed launch before the next, so each starts on an idle GPU and its time includes its own
+// launch latency; --back-to-back queues them behind each other, as a
 // model's layers run, and times each from the event before it to the event after it. Without a GPU
 // it says so and runs the CPU reference on a scaled-down preset instead.
 #include <algorithm>
