@@ -6,8 +6,8 @@
 # (mean 6.88; 6.45 expected under uniform routing, set 0 has 5), at Mixtral T=8 8 7 8 8 8 7 8 8
 # (mean 7.75, 7.20 expected). Now (this commit) the floor is the median set's, --dump-routing writes
 # every set and Marlin rotates through exactly fp4moe-bench's sets. Staged with FP4MOE_STAGE_PYTHON=0
-# FP4MOE_STAGE_MARLIN=1 scripts/stage-gpu.sh. Device budget left: ~420 s, so Marlin alone (no Humming).
+# FP4MOE_STAGE_MARLIN=1 scripts/stage-gpu.sh. Device budget left: ~260 s, so Marlin alone (no Humming), short limits.
 source scripts/gpu-lib.sh
 gpu_init
-gpu_peer_presets paired 8 200 "" llama4-scout mixtral-8x7b
+gpu_peer_presets paired 8 80 "" llama4-scout mixtral-8x7b
 gpu_pack all
