@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Session 43, run 2 (one H100, kind nvidia-h100-x1; the same staging as run 1, main 4472254's source):
+# Session 43, run 2 (one H100, kind nvidia-h100-x1; the same staging as run 1, main 4472254's source;
+# NOT RUN: no machine started again in session 43):
 # does the layer at Mixtral-8x7B T=8 and Llama-4-Scout T=8 follow the SM count (each SM's decode
 # rate limits) or stay flat (DRAM limits)? Run 1's ncu had Mixtral's GEMM1 at 2.91-2.96 TB/s with its
 # consumers waiting for data 22% of the time, GEMM2 at 2.70 (consumers 86% in K loops), and Scout's
