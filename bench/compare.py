@@ -32,6 +32,7 @@ def main(ours_path, peers_path):
         head += f" {label}{' only' if what == 'gemms' else ''} ms | vs {label} |"
     print(head)
     print("|---" * (head.count("|") - 1) + "|")
+    unpaired_seen = False
     for r in ours["rows"]:
         p = peers.get(r["T"], {})
         b, f = p.get("bf16_layer_ms"), p.get("fp8_layer_ms")
@@ -46,8 +47,16 @@ def main(ours_path, peers_path):
         for peer, what, _ in extra:
             ms = p.get(f"{peer}_{what}_ms")
             flag = "" if p.get(f"{peer}_check", "passed") == "passed" or not ms else " (check failed)"
-            line += f" {fmt(ms)}{flag} | {sp(ms)}{flag} |"
+            # A peer that rotated through routing sets of its own (peer files before session 43, or
+            # a routing dump of set 0 alone) timed other routings than fp4moe's median.
+            unpaired = bool(ms) and p.get(f"{peer}_routing_sets", 1) > 1 and \
+                p.get(f"{peer}_routing_sets_from") != "fp4moe-bench"
+            unpaired_seen |= unpaired
+            line += f" {fmt(ms)}{flag} | {sp(ms)}{flag}{' (other sets)' if unpaired else ''} |"
         print(line)
+    if unpaired_seen:
+        print("\n(other sets): the peer rotated through routing sets drawn apart from fp4moe-bench's, so the"
+              " two timed different routings; the ratio is not a paired comparison.")
 
 
 if __name__ == "__main__":

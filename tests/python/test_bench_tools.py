@@ -242,6 +242,23 @@ def test_compare_with_the_marlin_and_humming_peers(tmp_path):
     assert lines[2].endswith("| 12.000 | 1.20x | 9.000 | 0.90x |")
 
 
+def test_compare_marks_peers_timed_on_routing_sets_of_their_own(tmp_path):
+    # (session 43: until then the extra peers rotated through sets drawn apart from fp4moe-bench's)
+    r = write_compare_inputs(tmp_path, [{"T": 8192, "bf16_layer_ms": 20.0, "fp8_layer_ms": 19.0,
+                                         "marlin_gemms_ms": 12.0, "marlin_routing_sets": 8,
+                                         "humming_gemms_ms": 9.0, "humming_routing_sets": 8,
+                                         "humming_routing_sets_from": "fp4moe-bench"}])
+    assert r.returncode == 0, r.stderr
+    lines = [l for l in r.stdout.splitlines() if l.startswith("|")]
+    assert lines[2].endswith("| 12.000 | 1.20x (other sets) | 9.000 | 0.90x |")
+    assert "not a paired comparison" in r.stdout
+    r = write_compare_inputs(tmp_path, [{"T": 8192, "bf16_layer_ms": 20.0, "fp8_layer_ms": 19.0,
+                                         "marlin_gemms_ms": 12.0, "marlin_routing_sets": 1}])
+    assert r.returncode == 0, r.stderr
+    assert [l for l in r.stdout.splitlines() if l.startswith("|")][2].endswith("| 12.000 | 1.20x |")
+    assert "paired" not in r.stdout
+
+
 def test_compare_with_the_triton_kernels_peer(tmp_path):
     r = write_compare_inputs(tmp_path, [{"T": 8192, "bf16_layer_ms": 20.0, "fp8_layer_ms": 19.0,
                                          "triton_layer_ms": 11.0, "triton_gemms_ms": 10.5,
