@@ -541,6 +541,10 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
   std::vector<int32_t> ids(size_t(T) * K);
   std::vector<float> wts(ids.size());
   row.set_experts.assign(size_t(num_sets), 0);
+  // (--dump-routing's files are named after the preset, which bench/peers_torch.py looks for; a
+  // checkpoint's model type without '/'.)
+  std::string dump_name = o.checkpoint.empty() ? o.preset : layer.problem().name;
+  std::replace(dump_name.begin(), dump_name.end(), '/', '_');
   for (int s = num_sets - 1; s >= 0; --s) {
     CHECK_OK(layer.forward(args(s), ws, layer.workspace_bytes(), stream));
     CHECK_CUDA(cudaStreamSynchronize(stream));
@@ -556,15 +560,18 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
     }
     row.set_experts[size_t(s)] = int(std::set<int>(ids.begin(), ids.end()).size());
     if (!o.dump_routing.empty()) {
-      // (Named after the preset, which bench/peers_torch.py looks for; a checkpoint's model type without '/'.)
-      std::string name = o.checkpoint.empty() ? o.preset : layer.problem().name;
-      std::replace(name.begin(), name.end(), '/', '_');
-      const std::string path = tools::routing_file_path(o.dump_routing, name, T, s);
+      const std::string path = tools::routing_file_path(o.dump_routing, dump_name, T, s);
       if (!tools::write_routing_file(path, T, K, E, ids, wts)) {
         std::fprintf(stderr, "error: --dump-routing: cannot write %s: %s\n", path.c_str(), std::strerror(errno));
         std::exit(1);
       }
     }
+  }
+  if (!o.dump_routing.empty()) {
+    // Set files past this run's count, left by an earlier dump into the same folder, would be read as
+    // sets of this run (bench/routing_file.py takes every set up to the first missing one).
+    int stale = num_sets;
+    while (std::remove(tools::routing_file_path(o.dump_routing, dump_name, T, stale).c_str()) == 0) ++stale;
   }
   row.active_experts = int(median(std::vector<double>(row.set_experts.begin(), row.set_experts.end())));
   if (o.check && T > 0) {
