@@ -6,7 +6,10 @@ import sys
 
 def main(ours_path, peers_path):
     ours = json.load(open(ours_path))
-    peers = {r["T"]: r for r in json.load(open(peers_path))["rows"]} if peers_path else {}
+    peers_file = json.load(open(peers_path)) if peers_path else {}
+    peers = {r["T"]: r for r in peers_file.get("rows", [])}
+    # peers_torch.py without --routing-dir drew its own routing: no peer timed fp4moe's
+    own_draw = peers_file.get("routing", "").startswith("random (own draw)")
     bf16 = ours["ceilings"]["bf16_mm_TFLOPs"]
     # results from 2026-11-30 (session 8) on: sustained, with the cold burst beside it
     burst = ours["ceilings"].get("bf16_mm_burst_TFLOPs")
@@ -38,25 +41,32 @@ def main(ours_path, peers_path):
         b, f = p.get("bf16_layer_ms"), p.get("fp8_layer_ms")
         fmt = lambda v: f"{v:.3f}" if v else "n/a"
         sp = lambda v: f"{v / r['graph_ms']:.2f}x" if v else "n/a"
+        # The torch peers time input set 0 alone; fp4moe's median set may touch other experts
+        # (fp4moe-bench JSON from session 43 on lists each set's, `set_experts`).
+        sets = r.get("set_experts", [])
+        set0 = own_draw or (len(sets) > 1 and sets[0] != r["active_experts"])
+        unpaired_seen |= set0 and bool(p)
+        torch_sp = lambda v: sp(v) + (" (other sets)" if set0 and v else "")
         line = (f"| {r['T']} | {r['active_experts']} | {r['graph_ms']:.3f} | {r['floor_ms']:.3f} | "
                 f"{r['ratio_to_floor']:.2f} | {r['TBps']:.2f} | {r['TFLOPs']:.0f} | {r['TFLOPs'] / bf16:.0%} | "
-                f"{fmt(b)} | {fmt(f)} | {sp(b)} | {sp(f)} |")
+                f"{fmt(b)} | {fmt(f)} | {torch_sp(b)} | {torch_sp(f)} |")
         if gemms:
             bg, fg = p.get("bf16_gemms_ms"), p.get("fp8_gemms_ms")
-            line += f" {fmt(bg)} | {fmt(fg)} | {sp(fg)} |"
+            line += f" {fmt(bg)} | {fmt(fg)} | {torch_sp(fg)} |"
         for peer, what, _ in extra:
             ms = p.get(f"{peer}_{what}_ms")
             flag = "" if p.get(f"{peer}_check", "passed") == "passed" or not ms else " (check failed)"
             # A peer that rotated through routing sets of its own (peer files before session 43, or
             # a routing dump of set 0 alone) timed other routings than fp4moe's median.
-            unpaired = bool(ms) and p.get(f"{peer}_routing_sets", 1) > 1 and \
-                p.get(f"{peer}_routing_sets_from") != "fp4moe-bench"
+            unpaired = bool(ms) and (own_draw or (p.get(f"{peer}_routing_sets", 1) > 1 and
+                                                  p.get(f"{peer}_routing_sets_from") != "fp4moe-bench"))
             unpaired_seen |= unpaired
             line += f" {fmt(ms)}{flag} | {sp(ms)}{flag}{' (other sets)' if unpaired else ''} |"
         print(line)
     if unpaired_seen:
-        print("\n(other sets): the peer rotated through routing sets drawn apart from fp4moe-bench's, so the"
-              " two timed different routings; the ratio is not a paired comparison.")
+        print("\n(other sets): the peer timed other routings than fp4moe-bench's median (the torch peers"
+              " time input set 0 alone; the others rotated through sets drawn apart, or drew their own);"
+              " the ratio is not a paired comparison.")
 
 
 if __name__ == "__main__":

@@ -90,8 +90,9 @@ if has memcheck; then
 fi
 
 tokens=${FP4MOE_TOKENS:-1,8,32,128,512,2048,8192}
-# Each token count's routing (set 0, the one whose touched experts the bench reports), for the peers
-# to time the same assignment. Outside $OUT: one small file per preset and token count.
+# Each token count's routings (every input set the bench times; it reports the median set's touched
+# experts), for the peers to time the same assignments. Outside $OUT: small files per preset, token
+# count and set.
 routing_dir=${FP4MOE_ROUTING_DIR:-/tmp/fp4moe-routing}
 if has bench; then
   rm -rf "$routing_dir" && mkdir -p "$routing_dir"

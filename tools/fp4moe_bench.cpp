@@ -545,6 +545,13 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
   // checkpoint's model type without '/'.)
   std::string dump_name = o.checkpoint.empty() ? o.preset : layer.problem().name;
   std::replace(dump_name.begin(), dump_name.end(), '/', '_');
+  if (!o.dump_routing.empty()) {
+    // An earlier dump's files for this token count go first: bench/routing_file.py takes every set
+    // up to the first missing one, so a stale one past this run's count, or beside a run that dies
+    // before its set 0 (written last), would be read as this run's.
+    int stale = 0;
+    while (std::remove(tools::routing_file_path(o.dump_routing, dump_name, T, stale).c_str()) == 0) ++stale;
+  }
   for (int s = num_sets - 1; s >= 0; --s) {
     CHECK_OK(layer.forward(args(s), ws, layer.workspace_bytes(), stream));
     CHECK_CUDA(cudaStreamSynchronize(stream));
@@ -566,12 +573,6 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
         std::exit(1);
       }
     }
-  }
-  if (!o.dump_routing.empty()) {
-    // Set files past this run's count, left by an earlier dump into the same folder, would be read as
-    // sets of this run (bench/routing_file.py takes every set up to the first missing one).
-    int stale = num_sets;
-    while (std::remove(tools::routing_file_path(o.dump_routing, dump_name, T, stale).c_str()) == 0) ++stale;
   }
   row.active_experts = int(median(std::vector<double>(row.set_experts.begin(), row.set_experts.end())));
   if (o.check && T > 0) {

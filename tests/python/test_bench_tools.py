@@ -259,6 +259,37 @@ def test_compare_marks_peers_timed_on_routing_sets_of_their_own(tmp_path):
     assert "paired" not in r.stdout
 
 
+def test_compare_marks_the_torch_peers_where_set_0_is_not_the_median_set(tmp_path):
+    ours = {"preset": "llama4-scout", "mode": "w4a16", "routing": "random", "gpu": "NVIDIA H100", "commit": "abc",
+            "date": "2026-12-07", "ceilings": {"copy_TBps": 3.0, "bf16_mm_TFLOPs": 650.0},
+            "rows": [{"T": 8, "active_experts": 7, "set_experts": [5, 6, 8, 7, 8, 6, 7, 8], "graph_ms": 0.2,
+                      "floor_ms": 0.16, "ratio_to_floor": 1.25, "TBps": 2.4, "TFLOPs": 10.0},
+                     {"T": 128, "active_experts": 16, "set_experts": [16, 16], "graph_ms": 0.4,
+                      "floor_ms": 0.36, "ratio_to_floor": 1.11, "TBps": 2.7, "TFLOPs": 50.0}]}
+    (tmp_path / "ours.json").write_text(json.dumps(ours))
+    peers = {"routing": "fp4moe-bench's (--routing-dir)",
+             "rows": [{"T": 8, "bf16_layer_ms": 0.4, "fp8_layer_ms": 0.3, "marlin_gemms_ms": 0.18,
+                       "marlin_routing_sets": 8, "marlin_routing_sets_from": "fp4moe-bench"},
+                      {"T": 128, "bf16_layer_ms": 0.8, "fp8_layer_ms": 0.6}]}
+    (tmp_path / "peers.json").write_text(json.dumps(peers))
+    run = lambda: subprocess.run([sys.executable, COMPARE, str(tmp_path / "ours.json"), str(tmp_path / "peers.json")],
+                                 capture_output=True, text=True)
+    r = run()
+    assert r.returncode == 0, r.stderr
+    lines = [l for l in r.stdout.splitlines() if l.startswith("|")]
+    # T=8: set 0 (5 experts) is not the median set (7): the torch ratios are marked, Marlin's is paired
+    assert lines[2].endswith("| 0.400 | 0.300 | 2.00x (other sets) | 1.50x (other sets) | 0.180 | 0.90x |")
+    assert lines[3].endswith("| 0.800 | 0.600 | 2.00x | 1.50x | n/a | n/a |")
+    assert "not a paired comparison" in r.stdout
+    # peers that drew their own routing: every ratio is marked
+    peers["routing"] = "random (own draw)"
+    (tmp_path / "peers.json").write_text(json.dumps(peers))
+    r = run()
+    lines = [l for l in r.stdout.splitlines() if l.startswith("|")]
+    assert lines[2].endswith("| 0.180 | 0.90x (other sets) |")
+    assert lines[3].endswith("| 0.800 | 0.600 | 2.00x (other sets) | 1.50x (other sets) | n/a | n/a |")
+
+
 def test_compare_with_the_triton_kernels_peer(tmp_path):
     r = write_compare_inputs(tmp_path, [{"T": 8192, "bf16_layer_ms": 20.0, "fp8_layer_ms": 19.0,
                                          "triton_layer_ms": 11.0, "triton_gemms_ms": 10.5,
