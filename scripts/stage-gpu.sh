@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds here and packs what the GPU machine needs into gpubin/ (git-ignored), which the device tool
 # carries (`carry: ["gpubin"]`, 64 MiB at most, hence the compression):
-#   gpubin/bin.tar.gz       the test and tool binaries (scripts/gpu-check.sh unpacks it to gpubin/bin)
+#   gpubin/bin.tar.gz       the test and tool binaries (scripts/gpu-check.sh unpacks it to gpubin/bin);
+#                           FP4MOE_STAGE_BIN_ONLY="NAME ..." keeps only the ones named
 #   gpubin/cutlass.tar.gz   the CUTLASS/CuTe headers, for building the Python extension there (both
 #                           Python parts are left out with FP4MOE_STAGE_PYTHON=0: room for more builds)
 #   gpubin/pywheels/        build and test dependencies of the Python package for the GPU machine's
@@ -102,6 +103,16 @@ mkdir -p "$stage/bin"
 # (test_api opens the stub NVML beside itself: tests/test_gpu_clocks.cpp)
 cp "$root"/build/tests/test_* "$root"/build/tests/libfake_nvml.so "$root"/build/tests/fp4moe-make-checkpoint \
   "$root"/build/fp4moe-* "$stage/bin/"
+# FP4MOE_STAGE_BIN_ONLY="fp4moe-bench test_moe_gpu": only those binaries in bin/ (each is ~13 MB
+# before compression; with the peers staged too, the whole set can pass the carry limit)
+if [ -n "${FP4MOE_STAGE_BIN_ONLY:-}" ]; then
+  for f in "$stage"/bin/*; do
+    case " $FP4MOE_STAGE_BIN_ONLY " in *" $(basename "$f") "*) ;; *) rm -f "$f" ;; esac
+  done
+  for b in $FP4MOE_STAGE_BIN_ONLY; do
+    [ -f "$stage/bin/$b" ] || { echo "stage-gpu: FP4MOE_STAGE_BIN_ONLY names '$b', which the build does not make"; exit 2; }
+  done
+fi
 strip --strip-debug "$stage"/bin/* 2>/dev/null || true
 rm -rf "$root/gpubin" && mkdir -p "$root/gpubin"
 tar -C "$stage" -czf "$root/gpubin/bin.tar.gz" bin

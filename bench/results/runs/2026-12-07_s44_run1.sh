@@ -6,7 +6,9 @@
 # Marlin / Humming / triton_kernels peers rotate through exactly fp4moe-bench's sets (their JSON
 # rows say `*_routing_sets_from: fp4moe-bench`). Steps are skipped once 470 s have gone, so that
 # gpu_pack runs inside the device tool's 600-s limit. Stage with FP4MOE_STAGE_PYTHON=0
-# FP4MOE_STAGE_MARLIN=1 FP4MOE_STAGE_HUMMING=1 FP4MOE_STAGE_TRITON=1 scripts/stage-gpu.sh.
+# FP4MOE_STAGE_MARLIN=1 FP4MOE_STAGE_HUMMING=1 FP4MOE_STAGE_TRITON=1
+# FP4MOE_STAGE_BIN_ONLY="fp4moe-bench test_moe_gpu" scripts/stage-gpu.sh (all binaries and the peers
+# pass the carry limit).
 source scripts/gpu-lib.sh
 gpu_init
 gpu_tests || { gpu_pack all; exit 1; }
