@@ -370,10 +370,11 @@ def main():
                         row[f"{name}_routing_sets_from"] = "fp4moe-bench"
                     elif T <= ROTATE_MAX_T:  # more routing sets, the same T, drawn apart from the torch peers' inputs
                         set_gen = torch.Generator(device="cuda").manual_seed(1000 + T)
-                        for _ in range(ROTATING_SETS - 1):
-                            ids_i, w_i = route(T, E, k, set_gen)
-                            runs.append(prepare(x, ids_i, w_i))
+                        drawn = [route(T, E, k, set_gen) for _ in range(ROTATING_SETS - 1)]
+                        runs += [prepare(x, ids_i, w_i) for ids_i, w_i in drawn]
                         row[f"{name}_routing_sets_from"] = "drawn"
+                        # (each set's experts, set 0 first, as fp4moe-bench's set_experts)
+                        row[f"{name}_set_experts"] = [int(torch.unique(i).numel()) for i, _ in [(ids, w)] + drawn]
                     row[f"{name}_routing_sets"] = len(runs)
                     row[f"{key}_ms"] = time_graphs_ms(runs, args.warmup, args.iters, args.warmup_ms)
                 except Exception as exc:  # report, keep the other peers
