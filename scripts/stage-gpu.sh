@@ -104,13 +104,15 @@ mkdir -p "$stage/bin"
 cp "$root"/build/tests/test_* "$root"/build/tests/libfake_nvml.so "$root"/build/tests/fp4moe-make-checkpoint \
   "$root"/build/fp4moe-* "$stage/bin/"
 # FP4MOE_STAGE_BIN_ONLY="fp4moe-bench test_moe_gpu": only those binaries in bin/ (each is ~13 MB
-# before compression; with the peers staged too, the whole set can pass the carry limit)
+# before compression; with the peers staged too, all of them exceed the carry limit)
 if [ -n "${FP4MOE_STAGE_BIN_ONLY:-}" ]; then
-  for f in "$stage"/bin/*; do
-    case " $FP4MOE_STAGE_BIN_ONLY " in *" $(basename "$f") "*) ;; *) rm -f "$f" ;; esac
+  # shellcheck disable=SC2086  # (split on any white space on purpose)
+  only=" $(echo $FP4MOE_STAGE_BIN_ONLY) "
+  for b in $only; do
+    [ -f "$stage/bin/$b" ] || { echo "stage-gpu: FP4MOE_STAGE_BIN_ONLY names '$b', which the build does not make" >&2; exit 2; }
   done
-  for b in $FP4MOE_STAGE_BIN_ONLY; do
-    [ -f "$stage/bin/$b" ] || { echo "stage-gpu: FP4MOE_STAGE_BIN_ONLY names '$b', which the build does not make"; exit 2; }
+  for f in "$stage"/bin/*; do
+    case "$only" in *" $(basename "$f") "*) ;; *) rm -f "$f" ;; esac
   done
 fi
 strip --strip-debug "$stage"/bin/* 2>/dev/null || true
