@@ -1022,6 +1022,20 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
            : T::kSharedTileTables ? find_tile_shared(p, tile_start, token_tile)
                                   : find_tile<T::kRunsTails>(p, tile_start, token_tile);
   };
+  // Where work unit w lies, as the producer and GEMM2's L2 prefetch (warp 2) take it: its K chunks
+  // [k0, k1) (its range when split), its token tile and the tile's block of m units.
+  struct UnitPlace {
+    int64_t k0, k1;
+    int32_t token_tile;
+    int mb;
+  };
+  auto place_of = [&](uint32_t w) {
+    const uint32_t t = tile_of(w);
+    const uint32_t r = w - t * uint32_t(split);  // this unit's K range
+    const int32_t token_tile = int32_t(p.div_m_blocks.div(t));
+    return UnitPlace{unsplit ? 0 : k_begin(r), unsplit ? k_units : k_begin(r + 1), token_tile,
+                     int(t - uint32_t(token_tile) * uint32_t(m_blocks))};
+  };
 
   if (wg == 0) {
     // ---- Producer --------------------------------------------------------------------------------
@@ -1084,16 +1098,13 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
       // there was not measured.)
       if (__shfl_sync(0xffffffffu, tid / 32, 0) == 2) {
         if (tid == 64 && p.overlap && blockIdx.x < num_work) {
-          const uint32_t t = tile_of(blockIdx.x);
-          const uint32_t r = blockIdx.x - t * uint32_t(split);
-          const int64_t k0 = unsplit ? 0 : k_begin(r), k1 = unsplit ? k_units : k_begin(r + 1);
-          const int32_t token_tile = int32_t(p.div_m_blocks.div(t));
-          const TileCoord tc = coord_of(token_tile);
-          const int mu0 = int(t - uint32_t(token_tile) * uint32_t(m_blocks)) * T::kConsumers;
+          const UnitPlace u = place_of(blockIdx.x);
+          const TileCoord tc = coord_of(u.token_tile);
+          const int mu0 = u.mb * T::kConsumers;
           const uint32_t bytes = uint32_t(min(T::kConsumers, m_units - mu0)) * layout::kUnitBytes;
-          const int64_t k_end = min(k1, k0 + T::kStages * T::kChunks);  // (not past the unit's range)
-          if (__ldcg(p.ws.tile_done + token_tile) < int32_t(p.g1.m_units()))
-            for (int64_t ku = k0; ku < k_end; ++ku)
+          const int64_t k_end = min(u.k1, u.k0 + T::kStages * T::kChunks);  // (not past the unit's range)
+          if (__ldcg(p.ws.tile_done + u.token_tile) < int32_t(p.g1.m_units()))
+            for (int64_t ku = u.k0; ku < k_end; ++ku)
               bulk_prefetch_l2(p.w2 + g.unit_offset(tc.expert, mu0, ku), bytes);
         }
         return;
@@ -1121,10 +1132,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
     uint32_t sched_phase = 0;  // (dynamic: `ready`'s phase)
     for (uint32_t w = blockIdx.x; w < uint32_t(num_work); w = dynamic ? take_unit(sched_phase) : w + gridDim.x) {
       FP4MOE_TRACE_ONLY(const long long setup_from = clock64();)
-      const uint32_t t = tile_of(w);
-      const uint32_t r = w - t * uint32_t(split);  // this unit's K range
-      const int64_t k0 = unsplit ? 0 : k_begin(r), k1 = unsplit ? k_units : k_begin(r + 1);
-      const int32_t token_tile = int32_t(p.div_m_blocks.div(t));
+      const auto [k0, k1, token_tile, mb] = place_of(w);
       const TileCoord tc = coord_of(token_tile);
       FP4MOE_TRACE_ONLY(if (tc.rows >= 0) trace_producer_lookup += (unsigned long long)(clock64() - setup_from);)
       if constexpr (!T::kGemm1 && T::kOverlaps) {
@@ -1142,7 +1150,6 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) moe_gemm_sm90_kern
       }
       // (the lookup's last shared-memory load is in when tc.rows is)
       FP4MOE_TRACE_ONLY(if (tc.rows >= 0) trace_producer_setup += (unsigned long long)(clock64() - setup_from);)
-      const int mb = int(t - uint32_t(token_tile) * uint32_t(m_blocks));
       const int valid_units = min(T::kConsumers, m_units - mb * T::kConsumers);
 #if FP4MOE_BOUND_EXPERIMENT == 1
       const uint32_t b_bytes =
