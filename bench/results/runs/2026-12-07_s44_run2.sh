@@ -11,8 +11,11 @@
 # then the peers exactly as session 42 ran them: set 0 alone in --routing-dir, so they draw the
 # other seven (each set's experts in the JSON, `*_set_experts`). Then the README tables' rows at
 # T <= 128 with the median set's floor, every preset, until 275 s (~290 s for the device call).
+# Stage at main (its header's staging; after 309a707, which no GPU has run yet: test_moe_gpu first).
 source scripts/gpu-lib.sh
 gpu_init
+# (main 309a707 changed the producer's unit setup after the last GPU run: tests first)
+gpu_tests || { gpu_pack all; exit 1; }
 gpu_humming_env
 gpu_peer_presets paired 8 80 --humming mixtral-8x7b llama4-scout
 mkdir -p /tmp/fp4moe-set0
