@@ -329,8 +329,16 @@ def main():
         else:
             ids, w = route(T, E, k, gen)
         row = {"T": T, "active_experts": int(torch.unique(ids).numel())}
+        # The sets the extra peers rotate through after set 0: fp4moe-bench's where the dump has
+        # them (a paired comparison), else at T <= ROTATE_MAX_T sets drawn here, apart from the
+        # torch peers' inputs; with each set's experts, set 0 first, as fp4moe-bench's set_experts.
+        other_sets, sets_from = fp4moe_sets, "fp4moe-bench" if fp4moe_sets else None
+        if not fp4moe_sets and extra_peers and T <= ROTATE_MAX_T:
+            set_gen = torch.Generator(device="cuda").manual_seed(1000 + T)
+            other_sets, sets_from = [route(T, E, k, set_gen) for _ in range(ROTATING_SETS - 1)], "drawn"
+        set_experts = [int(torch.unique(i).numel()) for i, _ in [(ids, w)] + other_sets]
         if fp4moe_sets:
-            row["set_experts"] = [int(torch.unique(i).numel()) for i, _ in [(ids, w)] + fp4moe_sets]
+            row["set_experts"] = set_experts
         def bf16_gemms():
             xs, a, offs = gemms_inputs(x, ids, w13, w2, fp8=False)
             return lambda: gemms_bf16(xs, a, offs, w13, w2)
@@ -364,17 +372,11 @@ def main():
                     if peer.block_m is not None:
                         row[f"{name}_block_m"] = peer.block_m
                     row[f"{key}_eager_ms"] = time_ms(run, args.warmup, args.iters, args.warmup_ms)
-                    runs = [run]
-                    if fp4moe_sets:  # the very sets fp4moe-bench rotated through: a paired comparison
-                        runs += [prepare(x, ids_i, w_i) for ids_i, w_i in fp4moe_sets]
-                        row[f"{name}_routing_sets_from"] = "fp4moe-bench"
-                    elif T <= ROTATE_MAX_T:  # more routing sets, the same T, drawn apart from the torch peers' inputs
-                        set_gen = torch.Generator(device="cuda").manual_seed(1000 + T)
-                        drawn = [route(T, E, k, set_gen) for _ in range(ROTATING_SETS - 1)]
-                        runs += [prepare(x, ids_i, w_i) for ids_i, w_i in drawn]
-                        row[f"{name}_routing_sets_from"] = "drawn"
-                        # (each set's experts, set 0 first, as fp4moe-bench's set_experts)
-                        row[f"{name}_set_experts"] = [int(torch.unique(i).numel()) for i, _ in [(ids, w)] + drawn]
+                    runs = [run] + [prepare(x, ids_i, w_i) for ids_i, w_i in other_sets]
+                    if sets_from:
+                        row[f"{name}_routing_sets_from"] = sets_from
+                    if sets_from == "drawn":
+                        row[f"{name}_set_experts"] = set_experts
                     row[f"{name}_routing_sets"] = len(runs)
                     row[f"{key}_ms"] = time_graphs_ms(runs, args.warmup, args.iters, args.warmup_ms)
                 except Exception as exc:  # report, keep the other peers
