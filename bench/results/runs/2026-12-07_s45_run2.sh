@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Session 45, run 2: the paired peers for the presets whose H100 peer rows are still session 42's
+# unpaired ones (DeepSeek-R1, Qwen3-30B-A3B, Qwen3-235B-A22B, gpt-oss-120b): fp4moe-bench, then
+# Marlin and Humming (and triton_kernels at gpt-oss-120b) rotating through exactly fp4moe-bench's
+# routing sets (`*_routing_sets_from: fp4moe-bench` in the JSON), T = 1 / 8 / 16 / 128. Session 44's
+# run 1 took 84-89 s a preset this way (Humming compiles its kernels on first use). Each preset
+# starts only while the call has time for it (guards at 420 s in all). Staging as session 44's run 1
+# (its header): FP4MOE_STAGE_PYTHON=0 FP4MOE_STAGE_MARLIN=1 FP4MOE_STAGE_HUMMING=1
+# FP4MOE_STAGE_TRITON=1 FP4MOE_STAGE_BIN_ONLY="fp4moe-bench test_moe_gpu" scripts/stage-gpu.sh.
+# test_moe_gpu runs first unless FP4MOE_SKIP_TESTS=1 (set when run 1 of the same session passed it
+# at the same commit).
+source scripts/gpu-lib.sh
+gpu_init
+if [ "${FP4MOE_SKIP_TESTS:-0}" != 1 ]; then gpu_tests || { gpu_pack all; exit 1; }; fi
+gpu_humming_env
+gpu_triton_env
+for spec in "deepseek:deepseek-r1:--humming" "qwen30:qwen3-30b-a3b:--humming" \
+    "qwen235:qwen3-235b-a22b:--humming" "gptoss120:gpt-oss-120b:--humming --triton"; do
+  IFS=: read -r name preset peers <<< "$spec"
+  left=$((420 - SECONDS))
+  if [ $left -lt 100 ]; then echo "=== $preset skipped: $SECONDS s gone" >> "$log"; continue; fi
+  lim=$((left - 60)); [ $lim -gt 150 ] && lim=150
+  gpu_peer_presets "$name" 1,8,16,128 "$lim" "$peers" "$preset"
+done
+gpu_pack all
