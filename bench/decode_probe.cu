@@ -2,8 +2,8 @@
 //
 // The decode GEMMs stream ~22-26 GB/s of FP4 weights per SM where the copy floor needs ~32, and no
 // pipe is saturated in ncu (docs/perf-notes.md). This probe runs the consumer's per-chunk work of
-// moe_gemm_sm90.cuh (the same decode_k16, scale codec and RS wgmma) with no producer, no barriers
-// and no global memory, one CTA per SM, in variants that take parts away:
+// src/gemm/sm90/consumer.cuh (traits.cuh's decode_k16 and RS wgmma, the scale codec) with no
+// producer, no barriers and no global memory, one CTA per SM, in variants that take parts away:
 //   full        LDS of the codes and scales, decode, 4 wgmma a 64-wide K chunk (double-buffered A)
 //   decode      the same without the wgmma (the fragments kept live by empty asm)
 //   mma         the wgmma alone, on fragments decoded once
@@ -53,7 +53,7 @@
 #include <vector>
 
 #include "src/common/hash_rng.h"
-#include "src/gemm/sm90/moe_gemm_sm90.cuh"
+#include "src/gemm/sm90/traits.cuh"
 
 namespace fp4moe::sm90::probe {
 

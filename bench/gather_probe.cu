@@ -1,8 +1,9 @@
 // fp4moe-gather-probe: could GEMM1's producer gather its token tiles straight from the hidden states,
 // fast enough to drop the permute (docs/perf-notes.md, the plan after session 26)? Each SM runs one
 // CTA that streams K chunks of a token tile of `rows` rows (128 bytes a row and 64-column chunk, as
-// moe_gemm_sm90.cuh's B slots hold them: src/moe/workspace.h's tiled_offset_bytes) through `stages`
-// shared-memory stages, one consumer warp releasing each stage as soon as it is full, three ways:
+// the sm90 GEMMs' B slots hold them, src/gemm/sm90/traits.cuh's kOffB: src/moe/workspace.h's
+// tiled_offset_bytes) through `stages` shared-memory stages, one consumer warp releasing each stage
+// as soon as it is full, three ways:
 //   bulk      one bulk copy of rows x 128 contiguous bytes a chunk from a pre-tiled buffer: what the
 //             producer does today from the permuted activations
 //   tma-rows  one TMA copy of a one-row box a row and chunk (a tensor map over the [T, H] hidden

@@ -18,7 +18,7 @@ for tu in sm90_gemm1 sm90_gemm2; do
   awk '/Compiling entry function/ {match($0, /Sm90TraitsILi[0-9]+ELi[0-9]+ELi[0-9]+ELi[0-9]+ELb[01](ELb[01])?(ELi[0-9]+)?(ELb[01])?/); k=substr($0,RSTART+13,RLENGTH-13)}
        /Used [0-9]+ registers/ {match($0, /Used [0-9]+ registers/); print "'"$tu"' " k ": " substr($0,RSTART,RLENGTH)}' "$log"
   # a setmaxnreg kernel (1 CTA/SM) must launch with the full share of the register file, the pool its
-  # consumers' setmaxnreg.inc draws on (moe_gemm_sm90.cuh, Sm90Traits::kLaunchRegs)
+  # consumers' setmaxnreg.inc draws on (src/gemm/sm90/traits.cuh, Sm90Traits::kLaunchRegs)
   awk '/Compiling entry function/ {match($0, /Sm90TraitsILi[0-9]+ELi[0-9]+ELi[0-9]+ELi[0-9]+E/); split(substr($0,RSTART+13,RLENGTH-13), f, "ELi"); c=f[2]+0; x=f[4]+0}
        /Used [0-9]+ registers/ {match($0, /Used [0-9]+/); used=substr($0,RSTART+5,RLENGTH-5)+0;
          if (x == 1) { want=int(65536/(128*(c+1))/8)*8; if (want > 255) want=248;
@@ -45,7 +45,7 @@ for tu in sm90_gemm1 sm90_gemm2; do
   # fails.
   # C7519 ("warpgroup.arrive is injected ... to allow use of registers in GMMA") is not a
   # serialization: ptxas adds a fence of its own. The kernels whose tiles narrow their wgmma N
-  # (moe_gemm_sm90.cuh's NarrowN: BN16 to BN96, and the 2-consumer BN128, whose small tiles run
+  # (src/gemm/sm90/traits.cuh's NarrowN: BN16 to BN96, and the 2-consumer BN128, whose small tiles run
   # BN64's loop) get it from their K loop's branch between the N; the layer was measured with it
   # for BN16-96 (sessions 14-15; the 2-consumer BN128 is a tuning candidate, not measured
   # narrowed): for them it is printed, not failed. Every other C75xx line fails. (The lines

@@ -1,4 +1,4 @@
-// The two adds of a GEMM2 over canonical K ranges (src/gemm/sm90/moe_gemm_sm90.cuh): an unsplit work
+// The two adds of a GEMM2 over canonical K ranges (src/gemm/sm90/consumer.cuh): an unsplit work
 // unit adds its middle ranges' sums to the running total in L2 (red_add_f32x4), the last one and a
 // split's fixup in registers (add_rn_ftz). A split gives the same bits as no split only if both
 // adds round alike, subnormals included: here both must match a host model of add.rn.ftz.f32

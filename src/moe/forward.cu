@@ -245,7 +245,7 @@ KernelInfo MoeLayer::kernel_info(int64_t num_tokens) const {
       }
       return s > 1 ? ", split-K " + std::to_string(s) : std::string();
     };
-    // (sm90::takes_dynamic_units: moe_gemm_sm90.cuh, schedule_units)
+    // (sm90::takes_dynamic_units: src/gemm/sm90/scheduler.cuh, schedule_units)
     auto dynamic = [](const sm90::Sm90Config& c, bool gemm1) {
       return sm90::takes_dynamic_units(c.tile_tokens, gemm1, c.tail) ? ", dynamic units" : "";
     };

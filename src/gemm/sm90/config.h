@@ -157,8 +157,8 @@ constexpr bool compiles_gemm_overlap(int tile_tokens, bool tail) {
   return (tile_tokens == 16 || tile_tokens == 32) && !tail;
 }
 
-// Whether a GEMM's kernels of this tile width take their work units dynamically (moe_gemm_sm90.cuh's
-// schedule_units and Sm90Traits::kTileHandoff, which is this): the decode and small GEMM2s (16 and
+// Whether a GEMM's kernels of this tile width take their work units dynamically (scheduler.cuh's
+// schedule_units and traits.cuh's Sm90Traits::kTileHandoff, which is this): the decode and small GEMM2s (16 and
 // 32 tokens) and both GEMMs' tiles of 48 tokens or more, never the tail kernels (Sm90Config::tail).
 // The others run a static schedule (unit blockIdx.x, then every gridDim.x-th).
 constexpr bool takes_dynamic_units(int tile_tokens, bool gemm1, bool tail = false) {

@@ -25,7 +25,7 @@ static_assert(kCompiledConfigs[kNarrowDecodeConfig].tile_tokens == 16 &&
               "kNarrowDecodeConfig must name the 2-consumer BN16");
 
 // The launch of one instantiation (kDirect: direct GEMM1, MoeGemmParams::direct_ids; kRanged: GEMM2
-// over canonical K ranges, moe_gemm_sm90.cuh).
+// over canonical K ranges, consumer.cuh's consume_tile).
 template <class T, bool kDirect, bool kRanged = false>
 Status launch_kernel(const MoeGemmParams& p, unsigned grid, cudaStream_t stream) {
   auto* kernel = moe_gemm_sm90_kernel<T, kDirect, kRanged>;

@@ -1,4 +1,4 @@
-// Host entry of the sm90 grouped GEMMs (kernels in moe_gemm_sm90.cuh).
+// Host entry of the sm90 grouped GEMMs (the kernel in moe_gemm_sm90.cuh, its parts beside it).
 #pragma once
 
 #include <cuda_runtime_api.h>
