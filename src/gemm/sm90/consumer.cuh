@@ -1,6 +1,7 @@
 // sm_90a MoE GEMMs (src/gemm/sm90/moe_gemm_sm90.cuh): the consumer warpgroups. consume_tile runs one
 // tile's K loop (the weights decoded in registers as the wgmma A operand, the tokens from the
-// swizzled shared-memory stages as B) and its epilogue (GEMM1: alpha, bias, activation, w4a4's fake
+// swizzled shared-memory stages as B), then the K ranges' running total or split-K's partials where
+// a work unit is part of a tile, and the epilogue (GEMM1: alpha, bias, activation, w4a4's fake
 // quantization, the tiled intermediate; GEMM2: alpha, bias, router weight, y), with the same
 // numerics as the SIMT kernels (src/gemm/simt/) and reference/moe_reference.cpp.
 #pragma once

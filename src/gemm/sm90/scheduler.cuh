@@ -1,9 +1,9 @@
 // sm_90a MoE GEMMs (src/gemm/sm90/moe_gemm_sm90.cuh): where a CTA's work comes from and when it may
-// start. Stage release, the lookup of a token tile in the plan's tables (find_tile_shared) or in
-// direct GEMM1's own table (make_direct_table, direct_tile), GEMM1's count of finished weight units
-// for an overlapping GEMM2 (count_gemm1_units) and GEMM2's wait on it (wait_gemm1_units), and the
-// dynamic hand-out of work units (schedule_units). Device code only; the host side of these
-// choices is src/gemm/sm90/config.h and src/moe/forward.cu.
+// start. Stage release and the pipeline's position (PipeState), the lookup of a token tile in the
+// plan's tables (find_tile_shared) or in direct GEMM1's own table (make_direct_table, direct_tile),
+// GEMM1's count of finished weight units for an overlapping GEMM2 (count_gemm1_units) and GEMM2's
+// wait on it (wait_gemm1_units), and the dynamic hand-out of work units (schedule_units). Device
+// code only; the host side of these choices is src/gemm/sm90/config.h and src/moe/forward.cu.
 #pragma once
 
 #include <cstdint>
