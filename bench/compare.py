@@ -47,7 +47,10 @@ def main(ours_path, peers_path):
         set0 = own_draw or (len(sets) > 1 and sets[0] != r["active_experts"])
         unpaired_seen |= set0 and bool(p)
         torch_sp = lambda v: sp(v) + (" (other sets)" if set0 and v else "")
-        line = (f"| {r['T']} | {r['active_experts']} | {r['graph_ms']:.3f} | {r['floor_ms']:.3f} | "
+        # fp4moe's own check: false only where --check ran and failed (null without --check since
+        # session 45, true in older files without --check)
+        ours_flag = " (check failed)" if r.get("check_pass") is False else ""
+        line = (f"| {r['T']} | {r['active_experts']} | {r['graph_ms']:.3f}{ours_flag} | {r['floor_ms']:.3f} | "
                 f"{r['ratio_to_floor']:.2f} | {r['TBps']:.2f} | {r['TFLOPs']:.0f} | {r['TFLOPs'] / bf16:.0%} | "
                 f"{fmt(b)} | {fmt(f)} | {torch_sp(b)} | {torch_sp(f)} |")
         if gemms:

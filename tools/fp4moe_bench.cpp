@@ -125,8 +125,11 @@ Options parse(int argc, char** argv) {
     if (a == "--preset") o.preset = value();
     else if (a == "--tokens") {
       o.tokens.clear();
-      std::stringstream ss(value());
-      for (std::string t; std::getline(ss, t, ',');) o.tokens.push_back(integer(t));
+      const std::string list = value();
+      std::stringstream ss(list);
+      // (getline drops an empty last item: "1,8," would pass as "1,8")
+      if (!list.empty() && list.back() == ',') usage(("--tokens '" + list + "' ends with an empty item").c_str());
+      for (std::string t; std::getline(ss, t, ',');) o.tokens.push_back(integer(t, 1));
       if (o.tokens.empty()) usage("--tokens is empty");
     } else if (a == "--mode") {
       Status s = parse_mode(value(), &o.mode);
@@ -357,6 +360,7 @@ struct Row {
   double touched_gb = 0, gflop = 0;
   double check_error = -1;
   bool check_pass = true;
+  std::string check_note;  // why a check failed, where the error alone does not say (JSON-safe text)
   double validate_us = 0;  // host time of one MoeLayer::validate of these arguments (median of 20 means of 100)
   KernelInfo kernel;
   // --clocks: the SM clock and board power sampled over the timed launches (after the warm-up; one
@@ -464,6 +468,11 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
   // Input sets rotated so the activations alone exceed 3x L2 (weights are far larger anyway).
   const size_t set_bytes = size_t(T) * (H * 2 + E * 4);
   const int num_sets = int(std::clamp<size_t>(3 * l2_bytes / std::max<size_t>(set_bytes, 1) + 1, 1, 8));
+  // Stream launches and graph replays alternate in blocks of whole rotations through the sets, at
+  // least kTimingBlock launches (10-16), so that each kind's median is over the sets evenly, as the
+  // peers' (bench/peers_torch.py) and the median set's floor assume. (Until session 45 the blocks
+  // were 10 launches: with 8 sets each kind ran half of them 1.5 times as often as the other half.)
+  const int timing_block = num_sets * ((kTimingBlock + num_sets - 1) / num_sets);
   std::mt19937_64 rng(o.seed ^ uint64_t(T));
   std::vector<std::vector<uint16_t>> hidden(num_sets);
   std::vector<uint16_t*> d_hidden(num_sets);
@@ -553,6 +562,8 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
     int stale = 0;
     while (std::remove(tools::routing_file_path(o.dump_routing, dump_name, T, stale).c_str()) == 0) ++stale;
   }
+  // (The output poisoned first, bf16 NaN everywhere: a row the layer fails to write fails the check.)
+  CHECK_CUDA(cudaMemset(d_out, 0xFF, std::max<size_t>(16, size_t(T * H * 2))));
   for (int s = num_sets - 1; s >= 0; --s) {
     if (s == 0 || !o.random_routing) {
       CHECK_OK(layer.forward(args(s), ws, layer.workspace_bytes(), stream));
@@ -578,22 +589,25 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
     }
   }
   row.active_experts = int(median(std::vector<double>(row.set_experts.begin(), row.set_experts.end())));
+  std::vector<uint16_t> checked_out;  // set 0's output from a stream launch (--check)
   if (o.check && T > 0) {
-    std::vector<uint16_t> out(size_t(T * H));
+    std::vector<uint16_t>& out = checked_out;
+    out.resize(size_t(T * H));
     CHECK_CUDA(cudaMemcpy(out.data(), d_out, out.size() * 2, cudaMemcpyDeviceToHost));
     row.check_error = check_against_reference(p, o.seed, loaded, hidden[0], out, ids, wts, T, o.check_tokens);
     const double tol = p.mode == Mode::kW4A4 ? 3e-2 : 8e-3;
     row.check_pass = row.check_error <= tol;
+    if (!std::isfinite(row.check_error)) row.check_note = "a NaN in the output or a zero reference";
   }
 
   cudaEvent_t e0, e1;
   CHECK_CUDA(cudaEventCreate(&e0));
   CHECK_CUDA(cudaEventCreate(&e1));
-  // Stream launches and graph replays are timed alternately, kTimingBlock launches of one then of the
+  // Stream launches and graph replays are timed alternately, timing_block launches of one then of the
   // other, after one warm-up of both, so that both see the same clocks and power state. (Timed one
   // after the other, the graph replays came second and ran at a lower SM clock: 1725-1800 against
   // 1890-1920 MHz at DeepSeek-R1 T=8 with 50 launches each, session 18's run 1.)
-  std::vector<cudaEvent_t> b2b_events(o.back_to_back ? size_t(kTimingBlock) + 1 : 0);
+  std::vector<cudaEvent_t> b2b_events(o.back_to_back ? size_t(timing_block) + 1 : 0);
   for (cudaEvent_t& e : b2b_events) CHECK_CUDA(cudaEventCreate(&e));
   // n timed launches of one kind, their times appended to *ms.
   auto time_block = [&](auto&& launch, int first, int n, std::vector<double>* ms) {
@@ -655,9 +669,11 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
     CHECK_CUDA(cudaStreamSynchronize(stream));
     std::vector<double> stream_ms, graph_ms;
     if (clocks) clocks->start();
-    for (int done = 0; done < o.iters; done += kTimingBlock) {
-      const int n = std::min(kTimingBlock, o.iters - done);
-      // (input sets in one rotation across both kinds: a set's next use is num_sets launches later)
+    for (int done = 0; done < o.iters; done += timing_block) {
+      const int n = std::min(timing_block, o.iters - done);
+      // (input sets in one rotation across both kinds: a set's next use is num_sets launches later;
+      // blocks of whole rotations: each kind runs every set equally often, but in a last, partial
+      // block)
       time_block(stream_launch, 2 * done, n, &stream_ms);
       time_block(graph_launch, 2 * done + n, n, &graph_ms);
     }
@@ -677,6 +693,24 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
     row.validate_us = median(us);
   }
   CHECK_OK(layer.check_device_errors(ws, stream));
+  if (!checked_out.empty()) {
+    // What was timed gives what was checked: a replay of set 0's graph after all the timed launches
+    // (the workspace reused many times over) must give the checked stream launch's bits.
+    CHECK_CUDA(cudaMemset(d_out, 0xFF, checked_out.size() * 2));
+    CHECK_CUDA(cudaGraphLaunch(graphs[0], stream));
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    std::vector<uint16_t> replayed(checked_out.size());
+    CHECK_CUDA(cudaMemcpy(replayed.data(), d_out, replayed.size() * 2, cudaMemcpyDeviceToHost));
+    if (replayed != checked_out) {
+      const auto diff = std::mismatch(replayed.begin(), replayed.end(), checked_out.begin());
+      const size_t at = size_t(diff.first - replayed.begin());
+      row.check_pass = false;
+      char note[160];
+      std::snprintf(note, sizeof note, "the graph replay's output differs from the checked launch's (token %lld, "
+                    "column %lld first)", (long long)(at / size_t(H)), (long long)(at % size_t(H)));
+      row.check_note = note;
+    }
+  }
 #if FP4MOE_TRACE
   if (o.trace) {
     // One replay right after another (the trace words zeroed between them, which serializes the
@@ -777,7 +811,10 @@ void write_json(const Options& o, const MoeProblem& p, const char* gpu, const Ce
     << " (burst: of 10 from idle)\""
     << "},\n  \"warmup_ms\": " << o.warmup_ms << ",\n  \"timing\": \""
     << (o.back_to_back ? "back-to-back" : "one launch at a time")
-    << ", stream and graph alternating in blocks of " << kTimingBlock << "\",\n  \"rows\": [\n";
+    << ", stream and graph alternating in blocks of whole rotations through the input sets (at least "
+    << kTimingBlock << " launches)\",\n  \"iters\": " << o.iters << ",\n  \"seed\": " << o.seed
+    << ",\n  \"check_tokens\": " << (o.check ? std::to_string(o.check_tokens) : std::string("null"))
+    << ",\n  \"rows\": [\n";
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
     f << "    {\"T\": " << r.tokens << ", \"active_experts\": " << r.active_experts << ", \"set_experts\": [";
@@ -789,8 +826,13 @@ void write_json(const Options& o, const MoeProblem& p, const char* gpu, const Ce
       << r.floor_bytes_ms << ", \"floor_flops_ms\": " << r.floor_flops_ms << ", \"ratio_to_floor\": "
       << (r.floor_ms > 0 ? r.graph_ms / r.floor_ms : 0) << ", \"touched_GB\": " << r.touched_gb
       << ", \"GFLOP\": " << r.gflop << ", \"TBps\": " << (r.graph_ms > 0 ? r.touched_gb / r.graph_ms : 0)
-      << ", \"TFLOPs\": " << (r.graph_ms > 0 ? r.gflop / r.graph_ms : 0) << ", \"check_error\": " << r.check_error
-      << ", \"check_pass\": " << (r.check_pass ? "true" : "false") << ", \"kernel_path\": \""
+      << ", \"TFLOPs\": " << (r.graph_ms > 0 ? r.gflop / r.graph_ms : 0)
+      // (null where --check did not run; an error that is not a number, from a NaN output or a zero
+      // reference, is null too, with the pass false: JSON has no inf or nan)
+      << ", \"check_error\": "
+      << (o.check && std::isfinite(r.check_error) ? std::to_string(r.check_error) : std::string("null"))
+      << ", \"check_pass\": " << (!o.check ? "null" : r.check_pass ? "true" : "false")
+      << ", \"check_note\": \"" << r.check_note << "\", \"kernel_path\": \""
       << to_string(r.kernel.path) << "\", \"gemm1\": \"" << r.kernel.gemm1 << "\", \"gemm2\": \"" << r.kernel.gemm2
       << "\", \"regime\": \"" << r.kernel.regime << "\"";
     if (o.clocks) {  // (absent figures are null: no clock read or no energy counter)
@@ -864,8 +906,6 @@ int run_cpu_fallback(const Options& o, const char* why) {
   auto note = [&](bool given, const char* what) {
     if (given) ignored += std::string(ignored.empty() ? "" : ", ") + what;
   };
-  note(o.check, "--check (the CPU reference is what it compares against)");
-  note(!o.json.empty(), "--json (no file is written)");
   note(!o.tune_out.empty() || !o.tune_file.empty(), "--tune / --tune-file");
   note(!o.dump_routing.empty(), "--dump-routing");
   note(o.path != KernelPath::kAuto, "--path");
@@ -922,9 +962,12 @@ static int tool_main(int argc, char** argv) {
   int num_devices = 0;
   const cudaError_t err = cudaGetDeviceCount(&num_devices);
   if (err != cudaSuccess || num_devices == 0) {
-    if (o.clocks) {
-      std::fprintf(stderr, "error: --clocks needs a CUDA GPU (%s)\n", err != cudaSuccess ? cudaGetErrorString(err)
-                                                                                          : "no device");
+    // What only a GPU run can give is refused rather than skipped: a script that asked for a check or
+    // a JSON file must not see a success without either.
+    const char* needs_gpu = o.clocks ? "--clocks" : o.check ? "--check" : !o.json.empty() ? "--json" : nullptr;
+    if (needs_gpu) {
+      std::fprintf(stderr, "error: %s needs a CUDA GPU (%s); without one, fp4moe-bench runs the CPU reference alone\n",
+                   needs_gpu, err != cudaSuccess ? cudaGetErrorString(err) : "no device");
       return 2;
     }
     return run_cpu_fallback(o, err != cudaSuccess ? cudaGetErrorString(err) : "no device");
@@ -1031,6 +1074,7 @@ static int tool_main(int argc, char** argv) {
     std::printf("%7lld %7d %11.4f %11.4f %10.4f %8.2f %9.2f %9.1f %s\n", (long long)T, r.active_experts, r.stream_ms,
                 r.graph_ms, r.floor_ms, r.floor_ms > 0 ? r.graph_ms / r.floor_ms : 0,
                 r.graph_ms > 0 ? r.touched_gb / r.graph_ms : 0, r.graph_ms > 0 ? r.gflop / r.graph_ms : 0, check);
+    if (!r.check_note.empty()) std::printf("        check: %s\n", r.check_note.c_str());
     if (o.verbose)
       std::printf("        path %s | %s | %s | %s\n", to_string(r.kernel.path), r.kernel.regime.c_str(),
                   r.kernel.gemm1.c_str(), r.kernel.gemm2.c_str());

@@ -124,11 +124,11 @@ def test_routing_file_rejects_malformed_files(tmp_path, header, ids, weights, me
 COMPARE = os.path.join(ROOT, "bench", "compare.py")
 
 
-def write_compare_inputs(tmp_path, peer_rows):
+def write_compare_inputs(tmp_path, peer_rows, **row_fields):
     ours = {"preset": "deepseek-r1", "mode": "w4a16", "routing": "random", "gpu": "NVIDIA H200", "commit": "abc",
             "date": "2026-12-03", "ceilings": {"copy_TBps": 4.2, "bf16_mm_TFLOPs": 650.0},
             "rows": [{"T": 8192, "active_experts": 256, "graph_ms": 10.0, "floor_ms": 8.0, "ratio_to_floor": 1.25,
-                      "TBps": 0.6, "TFLOPs": 520.0}]}
+                      "TBps": 0.6, "TFLOPs": 520.0, **row_fields}]}
     (tmp_path / "ours.json").write_text(json.dumps(ours))
     (tmp_path / "peers.json").write_text(json.dumps({"rows": peer_rows}))
     return subprocess.run([sys.executable, COMPARE, str(tmp_path / "ours.json"), str(tmp_path / "peers.json")],
@@ -145,6 +145,17 @@ def test_compare_with_the_gemms_only_peers(tmp_path):
     # 80% of the bf16 rate; the fp8 GEMMs alone take 0.8x fp4moe's time: fp4moe is slower than them
     assert lines[2] == ("| 8192 | 256 | 10.000 | 8.000 | 1.25 | 0.60 | 520 | 80% | 20.000 | 19.000 | 2.00x | 1.90x |"
                         " 12.500 | 8.000 | 0.80x |")
+
+
+@pytest.mark.parametrize("check_pass, flagged", [(False, True), (True, False), (None, False)])
+def test_compare_flags_a_failed_fp4moe_check(tmp_path, check_pass, flagged):
+    # (fp4moe-bench writes check_pass null without --check, false only where the check ran and failed)
+    r = write_compare_inputs(tmp_path, [{"T": 8192, "bf16_layer_ms": 20.0, "fp8_layer_ms": 19.0}],
+                             check_pass=check_pass, check_error=None)
+    assert r.returncode == 0, r.stderr
+    row = [l for l in r.stdout.splitlines() if l.startswith("| 8192 ")][0]
+    assert ("| 10.000 (check failed) |" in row) == flagged
+    assert ("| 10.000 |" in row) == (not flagged)
 
 
 def test_compare_with_older_peer_files(tmp_path):
