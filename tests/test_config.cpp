@@ -96,10 +96,22 @@ TEST(SelectConfig, RegimesFollowRowsPerExpert) {
   EXPECT_NE(std::string(select_config(deepseek(1)).regime).find("decode"), std::string::npos);
   EXPECT_EQ(select_config(deepseek(1)).consumers, 4);
   EXPECT_NE(std::string(select_config(deepseek(16384)).regime).find("prefill"), std::string::npos);
-  // Expert parallelism: fewer local experts, more rows each.
+  // Expert parallelism: a rank's experts see T * K / E rows each (E over every rank), as without it:
+  // each token's ids spread over all E, and the rank skips the other ranks'. (Divided by the local
+  // experts, as until session 45, DeepSeek-R1 T=128 at EP=8 counted 32 rows and chose BN48.)
   ConfigInput ep = deepseek(128);
-  ep.num_local_experts = 32;  // 32 rows per expert
+  ep.num_experts = 256;
+  ep.num_local_experts = 32;
+  EXPECT_EQ(rows_per_local_expert(ep), 4);
+  EXPECT_EQ(select_config(ep).tile_tokens, select_config(deepseek(128)).tile_tokens);
+  EXPECT_EQ(select_config(ep).tile_tokens, 16);
+  ep.num_tokens = 1024;  // 32 rows per expert
+  EXPECT_EQ(rows_per_local_expert(ep), 32);
   EXPECT_EQ(select_config(ep).tile_tokens, 48);
+  // (num_experts 0: no expert parallelism, E = the local experts)
+  ConfigInput local = deepseek(128);
+  local.num_local_experts = 32;
+  EXPECT_EQ(rows_per_local_expert(local), 32);
 }
 
 TEST(SelectConfig, SplitKOnlyForFewDecodeTiles) {

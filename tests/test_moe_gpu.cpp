@@ -1560,6 +1560,11 @@ TEST(MoeGpu, MaxSmsGivesTheSameBits) {
   const Status st = MoeLayer::create_dummy(p, seed, bad, &none);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("max_sms = -2"), std::string::npos) << st.message();
+  LayerOptions bad_path;
+  bad_path.path = static_cast<KernelPath>(7);  // (a cast integer)
+  const Status st_path = MoeLayer::create_dummy(p, seed, bad_path, &none);
+  EXPECT_EQ(st_path.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st_path.message().find("path = 7"), std::string::npos) << st_path.message();
 }
 
 TEST(MoeGpu, ForwardRejectsBadArgumentsBeforeLaunching) {

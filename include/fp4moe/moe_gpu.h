@@ -40,8 +40,9 @@ struct LayerOptions {
   // Split-K for decode where a GEMM's tiles would fill at most half the SMs (a token or two on a few experts, e.g. Llama-4
   // top-1 at T=1): the sm90 decode config (16-token tiles) cuts each tile's K into up to 8 ranges on
   // otherwise idle SMs and sums their fp32 partials in a fixed order. Deterministic run to run, but
-  // not bit-identical to the unsplit forward, and the split depends on the batch's token count, so a
-  // token's output bits then depend on how many tokens share its batch. Off by default.
+  // not bit-identical to the unsplit forward, and the split depends on the batch's token count (and on
+  // the SMs the GEMMs launch on: the device's, or max_sms), so a token's output bits then depend on
+  // how many tokens share its batch. Off by default.
   bool split_k = false;
   // Tail tiles (sm90, prefill): where the token tile is 128 or more, an expert's last tile holding at
   // most 32 rows past full ones runs in a narrower launch (one more per GEMM) instead of a whole
@@ -74,7 +75,8 @@ struct LayerOptions {
   // the layer: with programmatic dependent launch GEMM2's CTAs may become resident (waiting, or
   // with the GEMM1/GEMM2 overlap working) while GEMM1's still run, so the layer can hold up to
   // twice as many SMs for a while; hard isolation needs green contexts or MPS. The plan, permute
-  // and finalize kernels are short and keep their own grids. Same bits either way.
+  // and finalize kernels are short and keep their own grids. Same bits either way, but with split_k
+  // (whose split follows the SM count).
   int max_sms = 0;
 };
 

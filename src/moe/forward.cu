@@ -170,6 +170,9 @@ static Status build_layer(const MoeProblem& problem, const LayerOptions& options
   FP4MOE_RETURN_IF_ERROR(validate(problem));
   if (options.max_sms < 0)
     return invalid_argument("LayerOptions::max_sms = ", options.max_sms, " must be >= 0 (0: every SM)");
+  // (An enum from a cast integer would otherwise run the sm90 path under another name.)
+  if (options.path != KernelPath::kAuto && options.path != KernelPath::kSm90 && options.path != KernelPath::kSimt)
+    return invalid_argument("LayerOptions::path = ", int(options.path), " is not a KernelPath");
   impl->problem = problem;
   impl->options = options;
   FP4MOE_RETURN_IF_ERROR(make_shard(problem, options, &impl->shard));

@@ -114,9 +114,19 @@ Sm90Config select_ranged_gemm2(const ConfigInput& in, const Sm90Config& c, int64
   return select_range_split(in, c, m_units, k_units) > 1 ? c : narrow;
 }
 
-Sm90Config select_config(const ConfigInput& in) {
+int64_t rows_per_local_expert(const ConfigInput& in) {
+  // Each token's top_k ids spread over all E experts; a rank holds num_local_experts of them and
+  // skips the other ranks' ids, so its experts see T * K / E rows each on average, as without expert
+  // parallelism. (Until session 45 this divided by the local experts: an ep_size times too many
+  // rows under expert parallelism, e.g. 80 instead of 10 at DeepSeek-R1 EP=8 over 320 gathered
+  // tokens, which chose BN96 for BN16's regime.)
+  const int64_t experts = in.num_experts > 0 ? in.num_experts : in.num_local_experts;
   const int64_t rows = in.num_tokens * in.top_k;
-  const int64_t per_expert = in.num_local_experts > 0 ? (rows + in.num_local_experts - 1) / in.num_local_experts : rows;
+  return experts > 0 ? (rows + experts - 1) / experts : rows;
+}
+
+Sm90Config select_config(const ConfigInput& in) {
+  const int64_t per_expert = rows_per_local_expert(in);
   // Thresholds from `fp4moe-bench --tune` on an H200 with uniform random routing, graph-replay ms per
   // config (bench/results/2026-11-29_h200_tune_v3.txt; "db" = double-buffered A fragments; BN16/32/64
   // have since moved to two chunks a stage, 1-4% faster at T <= 512, which left the choice between

@@ -36,18 +36,19 @@ struct ConfigInput {
   int num_sms = 132;
 };
 
-// Average routed rows per local expert decides the token tile (all 1 CTA per SM, the producer's
-// registers handed to the consumers with setmaxnreg):
+// The average routed rows per local expert (T * K / E over all E experts, rows_per_local_expert)
+// decide the token tile (all 1 CTA per SM, the producer's registers handed to the consumers with
+// setmaxnreg):
 //   decode  <= 10 rows per expert -> BN 16, 4 consumer warpgroups, 4 stages of 4 K chunks (bandwidth-bound)
 //   small   <= 24                -> BN 32, 4 consumers, 5 stages of 2 chunks
 //   medium  <= 40                -> BN 48, 4 consumers, 5 stages of 2 chunks
 //   medium  <= 56                -> BN 64, 4 consumers, 4 stages of 2 chunks
-//   large   <= 64                -> BN 80, 4 consumers, 6 stages
+//   large   <= 64                -> BN 80, 4 consumers, 9 stages
 //   large   <= 80                -> BN 96, 4 consumers, 6 stages
 //   prefill >  80                -> BN 128, 4 consumers (a 256-row weight tile), 5 stages
-// BN16/32/48 (4 consumers) and BN128 with 2 consumers double-buffer their A fragments (name suffix
-// "_db"); BN16 puts four K chunks in a pipeline stage (suffix "_c4"), BN32/48/64 two ("_c2", not to be
-// confused with "_C2", 2 consumers).
+// BN16/32/48 (4 consumers), BN16 with 2 and the 2-consumer BN128 and BN256 double-buffer their A
+// fragments (name suffix "_db"); BN16 puts four K chunks in a pipeline stage (suffix "_c4"),
+// BN32/48/64 two ("_c2", not to be confused with "_C2", 2 consumers).
 // BN 128 with 2 consumers and BN 256 (2 consumers) are compiled as tuning candidates only; BN 16
 // with 2 consumers serves decode over few tiles (narrow_for_few_tiles); the BN32 tail kernels
 // (Sm90Config::tail) serve the tail launches and are a tuning candidate too.
@@ -55,6 +56,10 @@ struct ConfigInput {
 // Only BN 128 with 2 consumers buckets its tiles' wgmma N: each bucket is another inlined K loop, and
 // elsewhere ptxas ran out of registers and serialized every wgmma (C7512; scripts/ptxas-check.sh).
 Sm90Config select_config(const ConfigInput& in);
+
+// The average routed rows per local expert that select_config and the tune table's buckets go by:
+// ceil(T * K / E), E over every rank (ConfigInput::num_experts; the local experts where it is 0).
+int64_t rows_per_local_expert(const ConfigInput& in);
 
 // An upper bound on the tiles of one GEMM (m_units weight units of 64 rows) with config c, from the
 // token count: at most min(T*K, floor((T*K + (BN - 1) * min(T*K, experts)) / BN)) token tiles times the

@@ -9,8 +9,9 @@
 
 namespace fp4moe::sm90 {
 
-// GEMM1 (gate/up + activation) and GEMM2 (down + router weight) for one forward. `cfg` must be one
-// select_config() returns; anything else is rejected (kInternal) rather than silently remapped.
+// GEMM1 (gate/up + activation) and GEMM2 (down + router weight) for one forward. `cfg` must be a
+// compiled config (compiled_configs.h: what select_config, the narrowing, the tail launches, a tune
+// file or a forced name give); anything else is rejected (kInternal) rather than silently remapped.
 Status launch_gemm1(const MoeGemmParams& p, const Sm90Config& cfg, int num_sms, cudaStream_t stream);
 Status launch_gemm2(const MoeGemmParams& p, const Sm90Config& cfg, int num_sms, cudaStream_t stream);
 

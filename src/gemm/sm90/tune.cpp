@@ -21,8 +21,7 @@ std::optional<Sm90Config> config_by_name(const std::string& name) {
 }
 
 int64_t rows_per_expert_bucket(const ConfigInput& in) {
-  const int64_t rows = in.num_tokens * in.top_k;
-  const int64_t per = in.num_local_experts > 0 ? (rows + in.num_local_experts - 1) / in.num_local_experts : rows;
+  const int64_t per = rows_per_local_expert(in);
   int64_t b = 1;
   while (b < per) b *= 2;
   return b;
