@@ -482,6 +482,7 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
   std::vector<std::vector<int32_t>> host_ids(num_sets);
   std::vector<std::vector<float>> host_wts(num_sets);
   std::normal_distribution<float> nd(0, 1);
+  std::vector<float> logits0;  // set 0's router logits
   for (int s = 0; s < num_sets; ++s) {
     hidden[s] = random_bf16_normal(rng, size_t(T * H));
     if (o.random_routing) {
@@ -508,6 +509,7 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
     }
     std::vector<float> logits(size_t(T) * E);
     for (auto& x : logits) x = nd(rng);
+    if (s == 0) logits0 = logits;  // (for --check's routing check)
     CHECK_CUDA(cudaMalloc(&d_hidden[s], std::max<size_t>(16, hidden[s].size() * 2)));
     CHECK_CUDA(cudaMalloc(&d_logits[s], std::max<size_t>(16, logits.size() * 4)));
     CHECK_CUDA(cudaMemcpy(d_hidden[s], hidden[s].data(), hidden[s].size() * 2, cudaMemcpyHostToDevice));
@@ -598,6 +600,34 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
     const double tol = p.mode == Mode::kW4A4 ? 3e-2 : 8e-3;
     row.check_pass = row.check_error <= tol;
     if (!std::isfinite(row.check_error)) row.check_note = "a NaN in the output or a zero reference";
+    if (!o.random_routing) {
+      // The reference above runs the GPU's routing (read back from the workspace); the router itself
+      // is checked here: route_cpu on the same logits (and DeepSeek-V3's correction bias), which the
+      // GPU router matches bit for bit (ids in order, weights).
+      std::vector<int32_t> cpu_ids(ids.size());
+      std::vector<float> cpu_wts(ids.size());
+      const std::vector<float> bias =
+          loaded ? loaded->routing_bias : make_random_weights_subset(p, o.seed, {}).routing_bias;
+      RoutingArgs ra;
+      ra.logits = logits0.data();
+      ra.logits_type = LogitsType::kF32;
+      ra.correction_bias = bias.empty() ? nullptr : bias.data();
+      ra.num_tokens = T;
+      ra.topk_ids = cpu_ids.data();
+      ra.topk_weights = cpu_wts.data();
+      CHECK_OK(route_cpu(p.routing, ra));
+      for (size_t i = 0; i < ids.size(); ++i) {
+        if (cpu_ids[i] != ids[i] || std::memcmp(&cpu_wts[i], &wts[i], 4) != 0) {
+          row.check_pass = false;
+          char note[160];
+          std::snprintf(note, sizeof note, "the GPU router differs from route_cpu at token %lld, choice %lld "
+                        "(expert %d against %d)", (long long)(i / size_t(K)), (long long)(i % size_t(K)), ids[i],
+                        cpu_ids[i]);
+          row.check_note = note;
+          break;
+        }
+      }
+    }
   }
 
   cudaEvent_t e0, e1;
