@@ -8,6 +8,7 @@ if [ $# -eq 0 ]; then
   set -- --preset deepseek-r1 --tokens 1,128,8192
   # (--check compares the GPU layer with the CPU reference; without a GPU fp4moe-bench runs the
   # reference alone and refuses --check)
-  if nvidia-smi -L > /dev/null 2>&1; then set -- "$@" --check; fi
+  # ("nvidia-smi -L" exits 0 with "No devices were found" on some machines: a GPU line is asked for)
+  if nvidia-smi -L 2> /dev/null | grep -q '^GPU '; then set -- "$@" --check; fi
 fi
 exec "$root/build/fp4moe-bench" "$@"

@@ -112,6 +112,33 @@ TEST(SelectConfig, RegimesFollowRowsPerExpert) {
   ConfigInput local = deepseek(128);
   local.num_local_experts = 32;
   EXPECT_EQ(rows_per_local_expert(local), 32);
+  // After an all-to-all dispatch (tokens_routed_here) a rank gets only the tokens with a local id:
+  // Llama-4-Scout at EP=8 (top-1 of 16, 2 local experts) sends each received token to one of the
+  // two, T / 2 rows each, not T / 16.
+  ConfigInput a2a;
+  a2a.num_tokens = 64;
+  a2a.top_k = 1;
+  a2a.num_experts = 16;
+  a2a.num_local_experts = 2;
+  EXPECT_EQ(rows_per_local_expert(a2a), 4);
+  a2a.tokens_routed_here = true;
+  EXPECT_DOUBLE_EQ(local_pick_probability(a2a), 0.5);
+  EXPECT_EQ(rows_per_local_expert(a2a), 32);
+  // DeepSeek-R1 at EP=8: P(a token has a local id) = 1 - C(224, 8) / C(256, 8), about 0.66.
+  ConfigInput ds = deepseek(128);
+  ds.num_experts = 256;
+  ds.num_local_experts = 32;
+  ds.tokens_routed_here = true;
+  double none = 1;
+  for (int i = 0; i < 8; ++i) none *= double(224 - i) / double(256 - i);
+  EXPECT_NEAR(local_pick_probability(ds), 8.0 / 256 / (1 - none), 1e-12);
+  EXPECT_EQ(rows_per_local_expert(ds), int64_t(std::ceil(128 * 8.0 / 256 / (1 - none))));
+  // Without expert parallelism (or every expert local) the hint changes nothing.
+  ConfigInput one = deepseek(128);
+  one.num_experts = 256;
+  one.tokens_routed_here = true;
+  EXPECT_EQ(rows_per_local_expert(one), 4);
+  EXPECT_EQ(select_config(one).name(), select_config(deepseek(128)).name());
 }
 
 TEST(SelectConfig, SplitKOnlyForFewDecodeTiles) {

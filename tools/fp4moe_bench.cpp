@@ -394,6 +394,13 @@ std::vector<uint16_t> random_bf16_normal(std::mt19937_64& rng, size_t n) {
   return v;
 }
 
+// A finite number as the JSON's other numbers are written (stream defaults: 6 significant digits).
+std::string json_number(double v) {
+  std::ostringstream ss;
+  ss << v;
+  return ss.str();
+}
+
 // ||out - ref|| / ||ref|| over ref's elements (out bf16); infinite for a NaN in out or a zero ref.
 double normalized_error(const std::vector<uint16_t>& out, const std::vector<float>& ref) {
   double num = 0, den = 0;
@@ -565,7 +572,8 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
     while (std::remove(tools::routing_file_path(o.dump_routing, dump_name, T, stale).c_str()) == 0) ++stale;
   }
   // (The output poisoned first, bf16 NaN everywhere: a row the layer fails to write fails the check.)
-  CHECK_CUDA(cudaMemset(d_out, 0xFF, std::max<size_t>(16, size_t(T * H * 2))));
+  // (on the layer's stream: a non-blocking stream does not wait for the legacy stream's memset)
+  CHECK_CUDA(cudaMemsetAsync(d_out, 0xFF, std::max<size_t>(16, size_t(T * H * 2)), stream));
   for (int s = num_sets - 1; s >= 0; --s) {
     if (s == 0 || !o.random_routing) {
       CHECK_OK(layer.forward(args(s), ws, layer.workspace_bytes(), stream));
@@ -600,6 +608,16 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
     const double tol = p.mode == Mode::kW4A4 ? 3e-2 : 8e-3;
     row.check_pass = row.check_error <= tol;
     if (!std::isfinite(row.check_error)) row.check_note = "a NaN in the output or a zero reference";
+    // Rows outside the reference's sample: none may keep the poison (a row the layer did not write).
+    for (size_t i = 0; i < out.size() && row.check_note.empty(); ++i) {
+      if ((out[i] & 0x7fff) > 0x7f80) {  // a bf16 NaN
+        row.check_pass = false;
+        char note[96];
+        std::snprintf(note, sizeof note, "a NaN in the output at token %lld, column %lld", (long long)(i / size_t(H)),
+                      (long long)(i % size_t(H)));
+        row.check_note = note;
+      }
+    }
     if (!o.random_routing) {
       // The reference above runs the GPU's routing (read back from the workspace); the router itself
       // is checked here: route_cpu on the same logits (and DeepSeek-V3's correction bias), which the
@@ -621,8 +639,8 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
           row.check_pass = false;
           char note[160];
           std::snprintf(note, sizeof note, "the GPU router differs from route_cpu at token %lld, choice %lld "
-                        "(expert %d against %d)", (long long)(i / size_t(K)), (long long)(i % size_t(K)), ids[i],
-                        cpu_ids[i]);
+                        "(expert %d, weight %.9g against expert %d, weight %.9g)", (long long)(i / size_t(K)),
+                        (long long)(i % size_t(K)), ids[i], double(wts[i]), cpu_ids[i], double(cpu_wts[i]));
           row.check_note = note;
           break;
         }
@@ -699,11 +717,13 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
     CHECK_CUDA(cudaStreamSynchronize(stream));
     std::vector<double> stream_ms, graph_ms;
     if (clocks) clocks->start();
-    for (int done = 0; done < o.iters; done += timing_block) {
-      const int n = std::min(timing_block, o.iters - done);
+    // (--iters rounded up to whole rotations, so that the last block, too, runs every set equally
+    // often)
+    const int iters = (o.iters + num_sets - 1) / num_sets * num_sets;
+    for (int done = 0; done < iters; done += timing_block) {
+      const int n = std::min(timing_block, iters - done);
       // (input sets in one rotation across both kinds: a set's next use is num_sets launches later;
-      // blocks of whole rotations: each kind runs every set equally often, but in a last, partial
-      // block)
+      // blocks of whole rotations: each kind runs every set equally often)
       time_block(stream_launch, 2 * done, n, &stream_ms);
       time_block(graph_launch, 2 * done + n, n, &graph_ms);
     }
@@ -726,7 +746,7 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
   if (!checked_out.empty()) {
     // What was timed gives what was checked: a replay of set 0's graph after all the timed launches
     // (the workspace reused many times over) must give the checked stream launch's bits.
-    CHECK_CUDA(cudaMemset(d_out, 0xFF, checked_out.size() * 2));
+    CHECK_CUDA(cudaMemsetAsync(d_out, 0xFF, checked_out.size() * 2, stream));
     CHECK_CUDA(cudaGraphLaunch(graphs[0], stream));
     CHECK_CUDA(cudaStreamSynchronize(stream));
     std::vector<uint16_t> replayed(checked_out.size());
@@ -860,9 +880,9 @@ void write_json(const Options& o, const MoeProblem& p, const char* gpu, const Ce
       // (null where --check did not run; an error that is not a number, from a NaN output or a zero
       // reference, is null too, with the pass false: JSON has no inf or nan)
       << ", \"check_error\": "
-      << (o.check && std::isfinite(r.check_error) ? std::to_string(r.check_error) : std::string("null"))
+      << (o.check && std::isfinite(r.check_error) ? json_number(r.check_error) : std::string("null"))
       << ", \"check_pass\": " << (!o.check ? "null" : r.check_pass ? "true" : "false")
-      << ", \"check_note\": \"" << r.check_note << "\", \"kernel_path\": \""
+      << ", \"check_note\": \"" << cli::json_escape(r.check_note) << "\", \"kernel_path\": \""
       << to_string(r.kernel.path) << "\", \"gemm1\": \"" << r.kernel.gemm1 << "\", \"gemm2\": \"" << r.kernel.gemm2
       << "\", \"regime\": \"" << r.kernel.regime << "\"";
     if (o.clocks) {  // (absent figures are null: no clock read or no energy counter)

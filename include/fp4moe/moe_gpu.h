@@ -78,6 +78,11 @@ struct LayerOptions {
   // and finalize kernels are short and keep their own grids. Same bits either way, but with split_k
   // (whose split follows the SM count).
   int max_sms = 0;
+  // Every token of a forward has at least one of its top_k ids among this shard's experts, as after
+  // an expert-parallel all-to-all dispatch, which sends a rank only such tokens (ParallelMoe sets it
+  // for its alltoall strategy). Only the config choice reads it: it then expects more rows per local
+  // expert than T * K / E (uniform routing given a local pick). Speed only, the same bits either way.
+  bool tokens_routed_here = false;
 };
 
 struct ForwardArgs {

@@ -75,6 +75,7 @@ struct MoeLayer::Impl {
     in.top_k = problem.top_k();
     in.num_local_experts = shard.num_local_experts;
     in.num_experts = problem.num_experts();
+    in.tokens_routed_here = options.tokens_routed_here;
     in.hidden = problem.hidden_size;
     in.inter_local = shard.inter_local;
     in.num_sms = num_sms;

@@ -105,6 +105,7 @@ class GpuLayerBackend final : public ExpertBackend {
     lo.ep_size = layout.moe_ep_size;
     lo.tp_rank = layout.moe_tp_rank;
     lo.tp_size = layout.moe_tp_size;
+    lo.tokens_routed_here = strategy == Strategy::kAllToAll;  // (the config choice's row estimate)
     std::vector<float> bias;
     if (host_weights) {
       // MoeLayer::create takes exactly its shard (its experts, its intermediate slice): cut it out of

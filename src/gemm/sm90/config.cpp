@@ -62,8 +62,7 @@ double expected_gemm_tiles(const ConfigInput& in, const Sm90Config& c, int64_t m
   if (in.num_tokens <= 0 || in.top_k <= 0 || in.num_local_experts <= 0 || c.consumers <= 0 || c.tile_tokens <= 0) {
     return 0;
   }
-  const int experts = in.num_experts > 0 ? in.num_experts : in.num_local_experts;
-  const double p = std::min(1.0, double(in.top_k) / experts);  // a token picks a given expert
+  const double p = local_pick_probability(in);  // a token picks a given local expert
   const int64_t t = in.num_tokens;
   // E[ceil(rows / BN)] with rows ~ Binomial(t, p): the pmf from its mode (in logs, no underflow)
   // outwards by the ratio of neighbours, to where it falls below 1e-30 of the mode's (the pmf falls
@@ -114,15 +113,31 @@ Sm90Config select_ranged_gemm2(const ConfigInput& in, const Sm90Config& c, int64
   return select_range_split(in, c, m_units, k_units) > 1 ? c : narrow;
 }
 
+double local_pick_probability(const ConfigInput& in) {
+  // Each token's top_k ids spread over all E experts; a rank holds L of them and skips the other
+  // ranks' ids, so its experts see T * K / E rows each on average, as without expert parallelism
+  // (an all-gather dispatch). An all-to-all dispatch sends a rank only the tokens with a local id,
+  // a share P of them: K / (E * P) each. (Until session 45 this was K / L: ep_size times too many
+  // rows after an all-gather, e.g. 80 instead of 10 at DeepSeek-R1 EP=8 over 320 gathered tokens,
+  // which chose BN96 for BN16's regime.)
+  const int experts = in.num_experts > 0 ? in.num_experts : in.num_local_experts;
+  if (experts <= 0 || in.top_k <= 0) return 1;
+  const double p = double(in.top_k) / experts;
+  const int local = in.num_local_experts;
+  if (!in.tokens_routed_here || local <= 0 || local >= experts) return std::min(1.0, p);
+  double none_local = 1;  // C(E - L, K) / C(E, K): K distinct picks, all elsewhere
+  for (int i = 0; i < in.top_k; ++i) none_local *= double(std::max(experts - local - i, 0)) / double(experts - i);
+  return std::min(1.0, p / (1 - none_local));
+}
+
 int64_t rows_per_local_expert(const ConfigInput& in) {
-  // Each token's top_k ids spread over all E experts; a rank holds num_local_experts of them and
-  // skips the other ranks' ids, so its experts see T * K / E rows each on average, as without expert
-  // parallelism. (Until session 45 this divided by the local experts: an ep_size times too many
-  // rows under expert parallelism, e.g. 80 instead of 10 at DeepSeek-R1 EP=8 over 320 gathered
-  // tokens, which chose BN96 for BN16's regime.)
   const int64_t experts = in.num_experts > 0 ? in.num_experts : in.num_local_experts;
-  const int64_t rows = in.num_tokens * in.top_k;
-  return experts > 0 ? (rows + experts - 1) / experts : rows;
+  const bool filtered = in.tokens_routed_here && in.num_local_experts > 0 && in.num_local_experts < experts;
+  if (!filtered || in.top_k <= 0) {  // (exact: ceil(T * K / E) in integers)
+    const int64_t rows = in.num_tokens * in.top_k;
+    return experts > 0 ? (rows + experts - 1) / experts : rows;
+  }
+  return int64_t(std::ceil(double(in.num_tokens) * local_pick_probability(in) - 1e-9));
 }
 
 Sm90Config select_config(const ConfigInput& in) {

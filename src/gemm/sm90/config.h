@@ -31,6 +31,9 @@ struct ConfigInput {
   int top_k = 1;
   int num_local_experts = 1;
   int num_experts = 0;       // E over every rank (0: num_local_experts, no expert parallelism)
+  // Every token has at least one of its top_k ids among the local experts (an expert-parallel
+  // all-to-all dispatch sends a rank only such tokens; LayerOptions::tokens_routed_here).
+  bool tokens_routed_here = false;
   int64_t hidden = 0;        // H
   int64_t inter_local = 0;   // I per rank
   int num_sms = 132;
@@ -57,8 +60,13 @@ struct ConfigInput {
 // elsewhere ptxas ran out of registers and serialized every wgmma (C7512; scripts/ptxas-check.sh).
 Sm90Config select_config(const ConfigInput& in);
 
+// The chance that one token's routing picks a given local expert, for uniform routing: K / E, E over
+// every rank (ConfigInput::num_experts; the local experts where it is 0); with tokens_routed_here,
+// given that the token picks at least one of the L local experts: K / (E * P), P = 1 - C(E-L, K) /
+// C(E, K).
+double local_pick_probability(const ConfigInput& in);
 // The average routed rows per local expert that select_config and the tune table's buckets go by:
-// ceil(T * K / E), E over every rank (ConfigInput::num_experts; the local experts where it is 0).
+// ceil(T * local_pick_probability).
 int64_t rows_per_local_expert(const ConfigInput& in);
 
 // An upper bound on the tiles of one GEMM (m_units weight units of 64 rows) with config c, from the
