@@ -637,7 +637,7 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
       for (size_t i = 0; i < ids.size(); ++i) {
         if (cpu_ids[i] != ids[i] || std::memcmp(&cpu_wts[i], &wts[i], 4) != 0) {
           row.check_pass = false;
-          char note[160];
+          char note[256];
           std::snprintf(note, sizeof note, "the GPU router differs from route_cpu at token %lld, choice %lld "
                         "(expert %d, weight %.9g against expert %d, weight %.9g)", (long long)(i / size_t(K)),
                         (long long)(i % size_t(K)), ids[i], double(wts[i]), cpu_ids[i], double(cpu_wts[i]));
