@@ -571,11 +571,12 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
     int stale = 0;
     while (std::remove(tools::routing_file_path(o.dump_routing, dump_name, T, stale).c_str()) == 0) ++stale;
   }
-  // (The output poisoned first, bf16 NaN everywhere: a row the layer fails to write fails the check.)
-  // (on the layer's stream: a non-blocking stream does not wait for the legacy stream's memset)
-  CHECK_CUDA(cudaMemsetAsync(d_out, 0xFF, std::max<size_t>(16, size_t(T * H * 2)), stream));
   for (int s = num_sets - 1; s >= 0; --s) {
     if (s == 0 || !o.random_routing) {
+      // (Set 0's output poisoned first, bf16 NaN everywhere: a row the layer fails to write fails the
+      // check; on the layer's stream, which as a non-blocking stream would not wait for a memset on
+      // the legacy one.)
+      if (s == 0) CHECK_CUDA(cudaMemsetAsync(d_out, 0xFF, std::max<size_t>(16, size_t(T * H * 2)), stream));
       CHECK_OK(layer.forward(args(s), ws, layer.workspace_bytes(), stream));
       CHECK_CUDA(cudaStreamSynchronize(stream));
       CHECK_OK(layer.check_device_errors(ws, stream));
