@@ -44,6 +44,7 @@
 #include "tools/cli_args.h"
 #include "tools/gpu_clocks.h"
 #include "tools/routing_file.h"
+#include "tools/timing_schedule.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -51,7 +52,6 @@
 namespace {
 
 // Launches of one kind (stream launches or graph replays) timed before switching to the other.
-constexpr int kTimingBlock = 10;
 
 using namespace fp4moe;
 
@@ -475,11 +475,8 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
   // Input sets rotated so the activations alone exceed 3x L2 (weights are far larger anyway).
   const size_t set_bytes = size_t(T) * (H * 2 + E * 4);
   const int num_sets = int(std::clamp<size_t>(3 * l2_bytes / std::max<size_t>(set_bytes, 1) + 1, 1, 8));
-  // Stream launches and graph replays alternate in blocks of whole rotations through the sets, at
-  // least kTimingBlock launches (10-16), so that each kind's median is over the sets evenly, as the
-  // peers' (bench/peers_torch.py) and the median set's floor assume. (Until session 45 the blocks
-  // were 10 launches: with 8 sets each kind ran half of them 1.5 times as often as the other half.)
-  const int timing_block = num_sets * ((kTimingBlock + num_sets - 1) / num_sets);
+  // (stream launches and graph replays in blocks of whole rotations: tools/timing_schedule.h)
+  const int timing_block = tools::timing_block(num_sets);
   std::mt19937_64 rng(o.seed ^ uint64_t(T));
   std::vector<std::vector<uint16_t>> hidden(num_sets);
   std::vector<uint16_t*> d_hidden(num_sets);
@@ -718,15 +715,13 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
     CHECK_CUDA(cudaStreamSynchronize(stream));
     std::vector<double> stream_ms, graph_ms;
     if (clocks) clocks->start();
-    // (--iters rounded up to whole rotations, so that the last block, too, runs every set equally
-    // often)
-    const int iters = (o.iters + num_sets - 1) / num_sets * num_sets;
+    // (tools/timing_schedule.h: one rotation of the sets across both kinds, blocks of whole
+    // rotations, --iters rounded up to whole rotations)
+    const int iters = tools::timed_launches(o.iters, num_sets);
     for (int done = 0; done < iters; done += timing_block) {
       const int n = std::min(timing_block, iters - done);
-      // (input sets in one rotation across both kinds: a set's next use is num_sets launches later;
-      // blocks of whole rotations: each kind runs every set equally often)
-      time_block(stream_launch, 2 * done, n, &stream_ms);
-      time_block(graph_launch, 2 * done + n, n, &graph_ms);
+      time_block(stream_launch, tools::stream_block_start(done), n, &stream_ms);
+      time_block(graph_launch, tools::graph_block_start(done, n), n, &graph_ms);
     }
     // (one reading over both: they alternate too often to be told apart)
     if (clocks) row.clocks = clocks->stop();
@@ -863,7 +858,7 @@ void write_json(const Options& o, const MoeProblem& p, const char* gpu, const Ce
     << "},\n  \"warmup_ms\": " << o.warmup_ms << ",\n  \"timing\": \""
     << (o.back_to_back ? "back-to-back" : "one launch at a time")
     << ", stream and graph alternating in blocks of whole rotations through the input sets (at least "
-    << kTimingBlock << " launches)\",\n  \"iters\": " << o.iters << ",\n  \"seed\": " << o.seed
+    << tools::kMinTimingBlock << " launches)\",\n  \"iters\": " << o.iters << ",\n  \"seed\": " << o.seed
     << ",\n  \"check_tokens\": " << (o.check ? std::to_string(o.check_tokens) : std::string("null"))
     << ",\n  \"rows\": [\n";
   for (size_t i = 0; i < rows.size(); ++i) {
