@@ -358,6 +358,10 @@ struct Row {
   double stream_ms = 0, graph_ms = 0;
   double floor_ms = 0, floor_bytes_ms = 0, floor_flops_ms = 0;
   double touched_gb = 0, gflop = 0;
+  // The weights of every expert any timed set touches (their union): where that fits in L2, the
+  // rotation cannot keep a set's weights from being L2 hits (small --scale layers), and the note says so.
+  double rotation_weights_gb = 0;
+  std::string l2_note;
   double check_error = -1;
   bool check_pass = true;
   std::string check_note;  // why a check failed, where the error alone does not say (JSON-safe text)
@@ -557,6 +561,7 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
   std::vector<int32_t> ids(size_t(T) * K);
   std::vector<float> wts(ids.size());
   row.set_experts.assign(size_t(num_sets), 0);
+  std::set<int> rotation_experts;  // every expert a timed set touches
   // (--dump-routing's files are named after the preset, which bench/peers_torch.py looks for; a
   // checkpoint's model type without '/'.)
   std::string dump_name = o.checkpoint.empty() ? o.preset : layer.problem().name;
@@ -588,6 +593,7 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
                             cudaMemcpyDeviceToHost));
     }
     row.set_experts[size_t(s)] = int(std::set<int>(ids.begin(), ids.end()).size());
+    rotation_experts.insert(ids.begin(), ids.end());
     if (!o.dump_routing.empty()) {
       const std::string path = tools::routing_file_path(o.dump_routing, dump_name, T, s);
       if (!tools::write_routing_file(path, T, K, E, ids, wts)) {
@@ -819,6 +825,13 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
   row.floor_bytes_ms = row.touched_gb / ceil.copy_tbps;  // GB / (TB/s) = ms
   row.floor_flops_ms = row.gflop / ceil.bf16_tflops;     // GFLOP / (TFLOP/s) = ms
   row.floor_ms = std::max(row.floor_bytes_ms, row.floor_flops_ms);
+  row.rotation_weights_gb = row.touched_gb / std::max(row.active_experts, 1) * double(rotation_experts.size());
+  if (row.rotation_weights_gb * 1e9 < 2.0 * double(l2_bytes)) {
+    char note[192];
+    std::snprintf(note, sizeof note, "the timed sets' weights (%.1f MB) fit in L2 (%.0f MB) twice over: weights may "
+                  "come from L2, the time below the floor", row.rotation_weights_gb * 1e3, double(l2_bytes) / 1e6);
+    row.l2_note = note;
+  }
 
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
@@ -871,6 +884,7 @@ void write_json(const Options& o, const MoeProblem& p, const char* gpu, const Ce
       << ", \"floor_ms\": " << r.floor_ms << ", \"floor_bytes_ms\": "
       << r.floor_bytes_ms << ", \"floor_flops_ms\": " << r.floor_flops_ms << ", \"ratio_to_floor\": "
       << (r.floor_ms > 0 ? r.graph_ms / r.floor_ms : 0) << ", \"touched_GB\": " << r.touched_gb
+      << ", \"rotation_weights_GB\": " << r.rotation_weights_gb
       << ", \"GFLOP\": " << r.gflop << ", \"TBps\": " << (r.graph_ms > 0 ? r.touched_gb / r.graph_ms : 0)
       << ", \"TFLOPs\": " << (r.graph_ms > 0 ? r.gflop / r.graph_ms : 0)
       // (null where --check did not run; an error that is not a number, from a NaN output or a zero
@@ -1121,6 +1135,7 @@ static int tool_main(int argc, char** argv) {
                 r.graph_ms, r.floor_ms, r.floor_ms > 0 ? r.graph_ms / r.floor_ms : 0,
                 r.graph_ms > 0 ? r.touched_gb / r.graph_ms : 0, r.graph_ms > 0 ? r.gflop / r.graph_ms : 0, check);
     if (!r.check_note.empty()) std::printf("        check: %s\n", r.check_note.c_str());
+    if (!r.l2_note.empty()) std::printf("        note: %s\n", r.l2_note.c_str());
     if (o.verbose)
       std::printf("        path %s | %s | %s | %s\n", to_string(r.kernel.path), r.kernel.regime.c_str(),
                   r.kernel.gemm1.c_str(), r.kernel.gemm2.c_str());
