@@ -614,7 +614,7 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
     if (!std::isfinite(row.check_error)) row.check_note = "a NaN in the output or a zero reference";
     // Rows outside the reference's sample: none may keep the poison (a row the layer did not write).
     for (size_t i = 0; i < out.size() && row.check_note.empty(); ++i) {
-      if ((out[i] & 0x7fff) > 0x7f80) {  // a bf16 NaN
+      if (std::isnan(bf16_to_float(out[i]))) {
         row.check_pass = false;
         char note[96];
         std::snprintf(note, sizeof note, "a NaN in the output at token %lld, column %lld", (long long)(i / size_t(H)),

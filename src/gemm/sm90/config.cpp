@@ -113,6 +113,18 @@ Sm90Config select_ranged_gemm2(const ConfigInput& in, const Sm90Config& c, int64
   return select_range_split(in, c, m_units, k_units) > 1 ? c : narrow;
 }
 
+namespace {
+
+// E over every rank (the local experts where num_experts is 0, no expert parallelism).
+int all_experts(const ConfigInput& in) { return in.num_experts > 0 ? in.num_experts : in.num_local_experts; }
+
+// Tokens filtered to this shard's experts (an all-to-all dispatch), where that changes the count.
+bool routed_here_only(const ConfigInput& in) {
+  return in.tokens_routed_here && in.num_local_experts > 0 && in.num_local_experts < all_experts(in);
+}
+
+}  // namespace
+
 double local_pick_probability(const ConfigInput& in) {
   // Each token's top_k ids spread over all E experts; a rank holds L of them and skips the other
   // ranks' ids, so its experts see T * K / E rows each on average, as without expert parallelism
@@ -120,21 +132,18 @@ double local_pick_probability(const ConfigInput& in) {
   // a share P of them: K / (E * P) each. (Until session 45 this was K / L: ep_size times too many
   // rows after an all-gather, e.g. 80 instead of 10 at DeepSeek-R1 EP=8 over 320 gathered tokens,
   // which chose BN96 for BN16's regime.)
-  const int experts = in.num_experts > 0 ? in.num_experts : in.num_local_experts;
+  const int experts = all_experts(in), local = in.num_local_experts;
   if (experts <= 0 || in.top_k <= 0) return 1;
   const double p = double(in.top_k) / experts;
-  const int local = in.num_local_experts;
-  if (!in.tokens_routed_here || local <= 0 || local >= experts) return std::min(1.0, p);
+  if (!routed_here_only(in)) return std::min(1.0, p);
   double none_local = 1;  // C(E - L, K) / C(E, K): K distinct picks, all elsewhere
   for (int i = 0; i < in.top_k; ++i) none_local *= double(std::max(experts - local - i, 0)) / double(experts - i);
   return std::min(1.0, p / (1 - none_local));
 }
 
 int64_t rows_per_local_expert(const ConfigInput& in) {
-  const int64_t experts = in.num_experts > 0 ? in.num_experts : in.num_local_experts;
-  const bool filtered = in.tokens_routed_here && in.num_local_experts > 0 && in.num_local_experts < experts;
-  if (!filtered || in.top_k <= 0) {  // (exact: ceil(T * K / E) in integers)
-    const int64_t rows = in.num_tokens * in.top_k;
+  if (!routed_here_only(in) || in.top_k <= 0) {  // (exact: ceil(T * K / E) in integers)
+    const int64_t experts = all_experts(in), rows = in.num_tokens * in.top_k;
     return experts > 0 ? (rows + experts - 1) / experts : rows;
   }
   return int64_t(std::ceil(double(in.num_tokens) * local_pick_probability(in) - 1e-9));
