@@ -363,6 +363,7 @@ struct Row {
   double rotation_weights_gb = 0;
   std::string l2_note;
   double check_error = -1;
+  double check_worst_column = -1;  // CheckError::worst_column
   bool check_pass = true;
   std::string check_note;  // why a check failed, where the error alone does not say (JSON-safe text)
   double validate_us = 0;  // host time of one MoeLayer::validate of these arguments (median of 20 means of 100)
@@ -405,19 +406,37 @@ std::string json_number(double v) {
   return ss.str();
 }
 
-// ||out - ref|| / ||ref|| over ref's elements (out bf16); infinite for a NaN in out or a zero ref.
-double normalized_error(const std::vector<uint16_t>& out, const std::vector<float>& ref) {
+// How far a sampled output is from the reference (out bf16, ref fp32, both n x H).
+struct CheckError {
+  double rel = INFINITY;  // ||out - ref|| / ||ref||; infinite for a NaN in out or a zero ref
+  // The worst column's rms error over the sampled tokens, over the reference's rms over every element:
+  // a few wrong channels (a broken epilogue lane, a misplaced column) barely move the Frobenius ratio
+  // at H = 2048-7168 columns, but stand out here.
+  double worst_column = INFINITY;
+  int64_t column = -1;  // the worst column
+};
+
+CheckError check_error_of(const std::vector<uint16_t>& out, const std::vector<float>& ref, int64_t H) {
+  CheckError e;
+  const int64_t n = int64_t(ref.size()) / H;
+  std::vector<double> col(size_t(H), 0.0);
   double num = 0, den = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
     const double g = bf16_to_float(out[i]), r = ref[i];
-    if (std::isnan(g)) return INFINITY;
+    if (std::isnan(g)) return e;
     num += (g - r) * (g - r);
     den += r * r;
+    col[i % size_t(H)] += (g - r) * (g - r);
   }
-  return den > 0 ? std::sqrt(num / den) : INFINITY;
+  if (!(den > 0)) return e;
+  e.rel = std::sqrt(num / den);
+  const int64_t worst = int64_t(std::max_element(col.begin(), col.end()) - col.begin());
+  e.worst_column = std::sqrt(col[size_t(worst)] / double(n)) / std::sqrt(den / double(ref.size()));
+  e.column = worst;
+  return e;
 }
 
-double check_against_reference(const MoeProblem& p, uint64_t seed, const HostMoeWeights* loaded,
+CheckError check_against_reference(const MoeProblem& p, uint64_t seed, const HostMoeWeights* loaded,
                                const std::vector<uint16_t>& hidden, const std::vector<uint16_t>& out,
                                const std::vector<int32_t>& ids, const std::vector<float>& weights, int64_t T,
                                int sample) {
@@ -443,7 +462,7 @@ double check_against_reference(const MoeProblem& p, uint64_t seed, const HostMoe
     std::vector<float> ref_out(size_t(n * p.hidden_size));
     CHECK_OK(ref::moe_forward_routed(p, loaded->view(), {}, hidden.data(), ids.data(), weights.data(), n,
                                      ref_out.data()));
-    return normalized_error(out, ref_out);
+    return check_error_of(out, ref_out, p.hidden_size);
   }
   // Dummy weights: only the experts the sampled tokens touch are regenerated on the host.
   const int K = p.top_k();
@@ -464,7 +483,7 @@ double check_against_reference(const MoeProblem& p, uint64_t seed, const HostMoe
   std::vector<float> ref_out(size_t(n * p.hidden_size));
   CHECK_OK(ref::moe_forward_routed(sub, w.view(), {}, hidden.data(), local_ids.data(), weights.data(), n,
                                    ref_out.data()));
-  return normalized_error(out, ref_out);
+  return check_error_of(out, ref_out, p.hidden_size);
 }
 
 // clocks: with --clocks, the device's sampler (main stops where NVML cannot be used); nullptr otherwise
@@ -608,10 +627,20 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
     std::vector<uint16_t>& out = checked_out;
     out.resize(size_t(T * H));
     CHECK_CUDA(cudaMemcpy(out.data(), d_out, out.size() * 2, cudaMemcpyDeviceToHost));
-    row.check_error = check_against_reference(p, o.seed, loaded, hidden[0], out, ids, wts, T, o.check_tokens);
-    const double tol = p.mode == Mode::kW4A4 ? 3e-2 : 8e-3;
-    row.check_pass = row.check_error <= tol;
-    if (!std::isfinite(row.check_error)) row.check_note = "a NaN in the output or a zero reference";
+    const CheckError e = check_against_reference(p, o.seed, loaded, hidden[0], out, ids, wts, T, o.check_tokens);
+    row.check_error = e.rel;
+    row.check_worst_column = e.worst_column;
+    // (errors seen on H200s and H100s: 2.4e-3 at most in either mode, Frobenius)
+    const double tol = p.mode == Mode::kW4A4 ? 3e-2 : 8e-3, column_tol = 4 * tol;
+    row.check_pass = e.rel <= tol && e.worst_column <= column_tol;
+    if (!std::isfinite(e.rel)) {
+      row.check_note = "a NaN in the output or a zero reference";
+    } else if (e.worst_column > column_tol) {
+      char note[160];
+      std::snprintf(note, sizeof note, "column %lld's rms error over the sampled tokens is %.3g of the reference's "
+                    "rms (bound %.3g)", (long long)e.column, e.worst_column, column_tol);
+      row.check_note = note;
+    }
     // Rows outside the reference's sample: none may keep the poison (a row the layer did not write).
     for (size_t i = 0; i < out.size() && row.check_note.empty(); ++i) {
       if (std::isnan(bf16_to_float(out[i]))) {
@@ -891,6 +920,8 @@ void write_json(const Options& o, const MoeProblem& p, const char* gpu, const Ce
       // reference, is null too, with the pass false: JSON has no inf or nan)
       << ", \"check_error\": "
       << (o.check && std::isfinite(r.check_error) ? json_number(r.check_error) : std::string("null"))
+      << ", \"check_worst_column_error\": "
+      << (o.check && std::isfinite(r.check_worst_column) ? json_number(r.check_worst_column) : std::string("null"))
       << ", \"check_pass\": " << (!o.check ? "null" : r.check_pass ? "true" : "false")
       << ", \"check_note\": \"" << cli::json_escape(r.check_note) << "\", \"kernel_path\": \""
       << to_string(r.kernel.path) << "\", \"gemm1\": \"" << r.kernel.gemm1 << "\", \"gemm2\": \"" << r.kernel.gemm2

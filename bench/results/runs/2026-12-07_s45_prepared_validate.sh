@@ -23,12 +23,12 @@ for spec in "deepseek-r1:model:1,8,128" "qwen3-30b-a3b:model:1,16,2048" "gpt-oss
     --json "$out/validate_${preset}_${routing}.json" > "$out/validate_${preset}_${routing}.txt" 2>&1
   _gpu_step "fp4moe-bench --check, $preset, --routing $routing, T=$tokens" $? $((SECONDS - s))
   grep -E "^ +[0-9]+ |check:" "$out/validate_${preset}_${routing}.txt" >> "$log"
-  python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print("json ok:", [(r["T"], r["check_pass"], r["check_note"]) for r in d["rows"]])' \
+  python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print("json ok:", [(r["T"], r["check_pass"], r["check_error"], r["check_worst_column_error"], r["check_note"]) for r in d["rows"]])' \
     "$out/validate_${preset}_${routing}.json" >> "$log" 2>&1
 done
 # Without --check the JSON's check fields are null
 timeout 60 gpubin/bin/fp4moe-bench --preset qwen3-30b-a3b --tokens 8 --json "$out/nocheck.json" > /dev/null 2>&1
-python3 -c 'import json, sys; r = json.load(open(sys.argv[1]))["rows"][0]; print("no --check:", r["check_pass"], r["check_error"])' \
+python3 -c 'import json, sys; r = json.load(open(sys.argv[1]))["rows"][0]; print("no --check:", r["check_pass"], r["check_error"], r["check_worst_column_error"])' \
   "$out/nocheck.json" >> "$log" 2>&1
 if [ -x gpubin/bin/test_parallel_gpu ]; then
   s=$SECONDS
