@@ -26,6 +26,13 @@ for spec in "deepseek-r1:model:1,8,128" "qwen3-30b-a3b:model:1,16,2048" "gpt-oss
   python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print("json ok:", [(r["T"], r["check_pass"], r["check_error"], r["check_worst_column_error"], r["check_note"]) for r in d["rows"]])' \
     "$out/validate_${preset}_${routing}.json" >> "$log" 2>&1
 done
+# w4a4: the column bound's margin (session 46 added check_worst_column_error)
+s=$SECONDS
+timeout 90 gpubin/bin/fp4moe-bench --preset deepseek-r1 --mode w4a4 --routing random --tokens 1,8,128 --check \
+  --json "$out/validate_w4a4.json" > "$out/validate_w4a4.txt" 2>&1
+_gpu_step "fp4moe-bench --check, deepseek-r1 w4a4, T=1,8,128" $? $((SECONDS - s))
+python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print("w4a4 json:", [(r["T"], r["check_pass"], r["check_error"], r["check_worst_column_error"], r["check_note"]) for r in d["rows"]])' \
+  "$out/validate_w4a4.json" >> "$log" 2>&1
 # Without --check the JSON's check fields are null
 timeout 60 gpubin/bin/fp4moe-bench --preset qwen3-30b-a3b --tokens 8 --json "$out/nocheck.json" > /dev/null 2>&1
 python3 -c 'import json, sys; r = json.load(open(sys.argv[1]))["rows"][0]; print("no --check:", r["check_pass"], r["check_error"], r["check_worst_column_error"])' \
