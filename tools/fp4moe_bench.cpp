@@ -44,6 +44,7 @@
 #include "tools/cli_args.h"
 #include "tools/gpu_clocks.h"
 #include "tools/routing_file.h"
+#include "tools/check_error.h"
 #include "tools/timing_schedule.h"
 
 #include <cublas_v2.h>
@@ -363,7 +364,7 @@ struct Row {
   double rotation_weights_gb = 0;
   std::string l2_note;
   double check_error = -1;
-  double check_worst_column = -1;  // CheckError::worst_column
+  double check_worst_column = -1;  // tools::CheckError::worst_column
   bool check_pass = true;
   std::string check_note;  // why a check failed, where the error alone does not say (JSON-safe text)
   double validate_us = 0;  // host time of one MoeLayer::validate of these arguments (median of 20 means of 100)
@@ -406,37 +407,7 @@ std::string json_number(double v) {
   return ss.str();
 }
 
-// How far a sampled output is from the reference (out bf16, ref fp32, both n x H).
-struct CheckError {
-  double rel = INFINITY;  // ||out - ref|| / ||ref||; infinite for a NaN in out or a zero ref
-  // The worst column's rms error over the sampled tokens, over the reference's rms over every element:
-  // a few wrong channels (a broken epilogue lane, a misplaced column) barely move the Frobenius ratio
-  // at H = 2048-7168 columns, but stand out here.
-  double worst_column = INFINITY;
-  int64_t column = -1;  // the worst column
-};
-
-CheckError check_error_of(const std::vector<uint16_t>& out, const std::vector<float>& ref, int64_t H) {
-  CheckError e;
-  const int64_t n = int64_t(ref.size()) / H;
-  std::vector<double> col(size_t(H), 0.0);
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double g = bf16_to_float(out[i]), r = ref[i];
-    if (std::isnan(g)) return e;
-    num += (g - r) * (g - r);
-    den += r * r;
-    col[i % size_t(H)] += (g - r) * (g - r);
-  }
-  if (!(den > 0)) return e;
-  e.rel = std::sqrt(num / den);
-  const int64_t worst = int64_t(std::max_element(col.begin(), col.end()) - col.begin());
-  e.worst_column = std::sqrt(col[size_t(worst)] / double(n)) / std::sqrt(den / double(ref.size()));
-  e.column = worst;
-  return e;
-}
-
-CheckError check_against_reference(const MoeProblem& p, uint64_t seed, const HostMoeWeights* loaded,
+tools::CheckError check_against_reference(const MoeProblem& p, uint64_t seed, const HostMoeWeights* loaded,
                                const std::vector<uint16_t>& hidden, const std::vector<uint16_t>& out,
                                const std::vector<int32_t>& ids, const std::vector<float>& weights, int64_t T,
                                int sample) {
@@ -462,7 +433,7 @@ CheckError check_against_reference(const MoeProblem& p, uint64_t seed, const Hos
     std::vector<float> ref_out(size_t(n * p.hidden_size));
     CHECK_OK(ref::moe_forward_routed(p, loaded->view(), {}, hidden.data(), ids.data(), weights.data(), n,
                                      ref_out.data()));
-    return check_error_of(out, ref_out, p.hidden_size);
+    return tools::check_error_of(out, ref_out, p.hidden_size);
   }
   // Dummy weights: only the experts the sampled tokens touch are regenerated on the host.
   const int K = p.top_k();
@@ -483,7 +454,7 @@ CheckError check_against_reference(const MoeProblem& p, uint64_t seed, const Hos
   std::vector<float> ref_out(size_t(n * p.hidden_size));
   CHECK_OK(ref::moe_forward_routed(sub, w.view(), {}, hidden.data(), local_ids.data(), weights.data(), n,
                                    ref_out.data()));
-  return check_error_of(out, ref_out, p.hidden_size);
+  return tools::check_error_of(out, ref_out, p.hidden_size);
 }
 
 // clocks: with --clocks, the device's sampler (main stops where NVML cannot be used); nullptr otherwise
@@ -627,12 +598,12 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
     std::vector<uint16_t>& out = checked_out;
     out.resize(size_t(T * H));
     CHECK_CUDA(cudaMemcpy(out.data(), d_out, out.size() * 2, cudaMemcpyDeviceToHost));
-    const CheckError e = check_against_reference(p, o.seed, loaded, hidden[0], out, ids, wts, T, o.check_tokens);
+    const tools::CheckError e =
+        check_against_reference(p, o.seed, loaded, hidden[0], out, ids, wts, T, o.check_tokens);
     row.check_error = e.rel;
     row.check_worst_column = e.worst_column;
-    // (errors seen on H200s and H100s: 2.4e-3 at most in either mode, Frobenius)
-    const double tol = p.mode == Mode::kW4A4 ? 3e-2 : 8e-3, column_tol = 4 * tol;
-    row.check_pass = e.rel <= tol && e.worst_column <= column_tol;
+    const double tol = tools::check_tolerance(p.mode == Mode::kW4A4), column_tol = tools::kColumnTolerance * tol;
+    row.check_pass = tools::check_passes(e, tol);
     if (!std::isfinite(e.rel)) {
       row.check_note = "a NaN in the output or a zero reference";
     } else if (e.worst_column > column_tol) {
