@@ -511,6 +511,10 @@ class MoE:
     max_sms: GPU only, LayerOptions::max_sms: each GEMM launch's persistent grid on at most this many
         SMs, leaving the others to kernels that run beside the layer (0: every SM). Per launch: the
         second GEMM's CTAs may become resident beside the first's. Same bits either way.
+    tokens_routed_here: GPU only, LayerOptions::tokens_routed_here: every token given to forward() has
+        at least one of its ids among this shard's experts, as after an expert-parallel all-to-all
+        dispatch of your own (ep_size > 1). The config choice then expects more rows per local expert
+        than T * k / E. Speed only: the same bits either way.
     """
 
     def __init__(
@@ -523,6 +527,7 @@ class MoE:
         tune_file=None,
         split_k: bool = False,
         max_sms: int = 0,
+        tokens_routed_here: bool = False,
         ep_rank: int = 0,
         ep_size: int = 1,
         tp_rank: int = 0,
@@ -555,6 +560,7 @@ class MoE:
                 str(tune_file or ""),
                 _flag(split_k, "split_k"),
                 _index(max_sms, "max_sms"),
+                _flag(tokens_routed_here, "tokens_routed_here"),
             )
         self._layer = _layer
         self._problem = _layer.problem
@@ -573,6 +579,7 @@ class MoE:
         tune_file=None,
         split_k: bool = False,
         max_sms: int = 0,
+        tokens_routed_here: bool = False,
         ep_rank: int = 0,
         ep_size: int = 1,
         tp_rank: int = 0,
@@ -594,6 +601,7 @@ class MoE:
             str(tune_file or ""),
             _flag(split_k, "split_k"),
             _index(max_sms, "max_sms"),
+            _flag(tokens_routed_here, "tokens_routed_here"),
         )
         return cls(problem, None, _layer=layer)
 
@@ -608,6 +616,7 @@ class MoE:
         tune_file=None,
         split_k: bool = False,
         max_sms: int = 0,
+        tokens_routed_here: bool = False,
         mode: str = "w4a16",
         max_tokens: int = 8192,
         ep_rank: int = 0,
@@ -632,6 +641,7 @@ class MoE:
             tune_file=tune_file,
             split_k=split_k,
             max_sms=max_sms,
+            tokens_routed_here=tokens_routed_here,
             ep_rank=ep_rank,
             ep_size=ep_size,
             tp_rank=tp_rank,

@@ -517,9 +517,9 @@ class Layer {
   static std::unique_ptr<Layer> from_weights(const MoeProblem& problem, nb::dict weights, const std::string& device,
                                              int device_id, int ep_rank, int ep_size, int tp_rank, int tp_size,
                                              const std::string& path, const std::string& tune_file, bool split_k,
-                                             int max_sms) {
-    auto layer =
-        prepare(problem, device, device_id, ep_rank, ep_size, tp_rank, tp_size, path, tune_file, split_k, max_sms);
+                                             int max_sms, bool tokens_routed_here) {
+    auto layer = prepare(problem, device, device_id, ep_rank, ep_size, tp_rank, tp_size, path, tune_file, split_k,
+                         max_sms, tokens_routed_here);
     const WeightArrays arrays = read_weights(problem, layer->dims_, weights);
     if (!layer->place_.cuda) {
       check(validate_global_scales(problem, arrays.view, layer->dims_.num_local_experts));
@@ -537,9 +537,9 @@ class Layer {
   static std::unique_ptr<Layer> dummy(const MoeProblem& problem, uint64_t seed, const std::string& device,
                                       int device_id, int ep_rank, int ep_size, int tp_rank, int tp_size,
                                       const std::string& path, const std::string& tune_file, bool split_k,
-                                      int max_sms) {
-    auto layer =
-        prepare(problem, device, device_id, ep_rank, ep_size, tp_rank, tp_size, path, tune_file, split_k, max_sms);
+                                      int max_sms, bool tokens_routed_here) {
+    auto layer = prepare(problem, device, device_id, ep_rank, ep_size, tp_rank, tp_size, path, tune_file, split_k,
+                         max_sms, tokens_routed_here);
     if (!layer->place_.cuda) {
       nb::gil_scoped_release release;
       HostMoeWeights full = make_random_weights(problem, seed);
@@ -690,7 +690,8 @@ class Layer {
  private:
   static std::unique_ptr<Layer> prepare(const MoeProblem& problem, const std::string& device, int device_id,
                                         int ep_rank, int ep_size, int tp_rank, int tp_size, const std::string& path,
-                                        const std::string& tune_file, bool split_k, int max_sms) {
+                                        const std::string& tune_file, bool split_k, int max_sms,
+                                        bool tokens_routed_here) {
     check(validate(problem));
     if (max_sms < 0) fail_invalid("max_sms = ", max_sms, " must be >= 0 (0: every SM)");
     auto layer = std::unique_ptr<Layer>(new Layer());
@@ -707,6 +708,9 @@ class Layer {
       if (split_k) fail_invalid("split_k = True is a GPU kernel option; a CPU MoE runs the reference");
       if (max_sms != 0)
         fail_invalid("max_sms = ", max_sms, " is a GPU kernel option; a CPU MoE runs the reference");
+      if (tokens_routed_here)
+        fail_invalid("tokens_routed_here = True informs the GPU kernels' config choice; a CPU MoE runs the "
+                     "reference");
       return layer;
     }
     if (device != "cuda") fail_invalid("device = '", device, "' is not one of: cpu, cuda");
@@ -715,6 +719,7 @@ class Layer {
     layer->tune_file_ = tune_file;
     layer->split_k_ = split_k;
     layer->max_sms_ = max_sms;
+    layer->tokens_routed_here_ = tokens_routed_here;
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0)
       fail_unsupported("device = 'cuda' but no CUDA device is visible; use device='cpu' for the CPU reference");
@@ -741,6 +746,7 @@ class Layer {
     o.tune_file = tune_file_;
     o.split_k = split_k_;
     o.max_sms = max_sms_;
+    o.tokens_routed_here = tokens_routed_here_;
     {
       nb::gil_scoped_release release;
       check(create(o, &gpu_));
@@ -785,6 +791,7 @@ class Layer {
   std::string tune_file_;
   bool split_k_ = false;
   int max_sms_ = 0;
+  bool tokens_routed_here_ = false;
   std::unique_ptr<MoeLayer> gpu_;
   void* workspace_ = nullptr;
 #endif
@@ -1742,10 +1749,10 @@ NB_MODULE(_ext, m) {
   nb::class_<Layer>(m, "Layer")
       .def_static("from_weights", &Layer::from_weights, "problem"_a, "weights"_a, "device"_a, "device_id"_a,
                   "ep_rank"_a, "ep_size"_a, "tp_rank"_a, "tp_size"_a, "path"_a, "tune_file"_a, "split_k"_a,
-                  "max_sms"_a)
+                  "max_sms"_a, "tokens_routed_here"_a)
       .def_static("dummy", &Layer::dummy, "problem"_a, "seed"_a, "device"_a, "device_id"_a, "ep_rank"_a, "ep_size"_a,
                   "tp_rank"_a, "tp_size"_a, "path"_a, "tune_file"_a, "split_k"_a,
-                  "max_sms"_a)
+                  "max_sms"_a, "tokens_routed_here"_a)
       .def("forward", &Layer::forward, "hidden_states"_a, "router_logits"_a.none(), "topk_ids"_a.none(),
            "topk_weights"_a.none(), "out"_a, "stream"_a)
       .def("kernel_info", &Layer::kernel_info, "num_tokens"_a)

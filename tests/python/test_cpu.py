@@ -584,6 +584,11 @@ def test_moe_construction_errors():
         (lambda: fp4moe.MoE(p, w, device="cpu", split_k=True), "split_k = True is a GPU kernel option"),
         (lambda: fp4moe.MoE(p, w, device="cpu", max_sms=4), "max_sms = 4 is a GPU kernel option"),
         (lambda: fp4moe.MoE(p, w, device="cpu", max_sms=-1), "max_sms = -1 must be >= 0"),
+        (
+            lambda: fp4moe.MoE(p, w, device="cpu", tokens_routed_here=True),
+            "tokens_routed_here = True informs the GPU kernels' config choice",
+        ),
+        (lambda: fp4moe.MoE(p, w, tokens_routed_here=1), "tokens_routed_here = 1 must be a bool"),
         (lambda: fp4moe.MoE(p, w, device="cpu", split_k="False"), "split_k = 'False' must be a bool"),
         (lambda: fp4moe.MoE(p, dict(w, w13=w["w13"].view("S1"))), r"weights\['w13'\] is bytes8; expected uint8$"),
         (
@@ -757,7 +762,7 @@ def test_extension_says_why_an_array_cannot_be_imported():
         fp4moe.InvalidArgumentError,
         match=r"weights\['w13_scale_2'\] is a ndarray of dtype >f4 that neither DLPack nor the buffer protocol can",
     ):
-        fp4moe._ext.Layer.from_weights(p, bad, "cpu", 0, 0, 1, 0, 1, "auto", "", False, 0)
+        fp4moe._ext.Layer.from_weights(p, bad, "cpu", 0, 0, 1, 0, 1, "auto", "", False, 0, False)
     # Through fp4moe.MoE the float global scale is converted to float32 first, like any float type.
     x, logits = gaussian((2, 128), seed=45), gaussian((2, 4), seed=46)
     np.testing.assert_array_equal(fp4moe.MoE(p, bad)(x, logits), fp4moe.MoE(p, w)(x, logits))
