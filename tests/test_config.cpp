@@ -133,10 +133,10 @@ TEST(SelectConfig, RegimesFollowRowsPerExpert) {
   for (int i = 0; i < 8; ++i) none *= double(224 - i) / double(256 - i);
   EXPECT_NEAR(local_pick_probability(ds), 8.0 / 256 / (1 - none), 1e-12);
   EXPECT_EQ(rows_per_local_expert(ds), int64_t(std::ceil(128 * 8.0 / 256 / (1 - none))));
-  // T=256 (test_gpu.py's test of the Python flag, on DeepSeek-R1 scaled by 16): 8 rows a local expert
-  // (BN16) after an all-gather, 13 (BN32) after an all-to-all.
+  // T=256 (test_gpu.py's test of the Python flag, on DeepSeek-R1 scaled by 16: H = 512, I = 128):
+  // 8 rows a local expert (BN16) after an all-gather, 13 (BN32) after an all-to-all.
   ds.num_tokens = 256;
-  ds.hidden = 448;
+  ds.hidden = 512;  // (7168 / 16 = 448, rounded up to a multiple of 128)
   ds.inter_local = 128;
   EXPECT_EQ(rows_per_local_expert(ds), 13);
   EXPECT_EQ(select_config(ds).tile_tokens, 32);

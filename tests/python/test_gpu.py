@@ -296,7 +296,8 @@ def test_gpu_max_sms_gives_the_same_bits():
 def test_gpu_tokens_routed_here_reaches_the_config_choice():
     # DeepSeek-R1's expert shard 0 of 8 at T=256: T * K / E = 8 rows per local expert (the decode's
     # BN16); after an all-to-all a token has a local id, 8 / P = 13 rows (P = 1 - C(224, 8) / C(256, 8)
-    # = 0.66; BN32). Speed only: the same bits.
+    # = 0.66; BN32). Speed only: the same bits. (About half of these random tokens have no local id,
+    # against the flag's premise; the layer's output for them is zero either way.)
     p = scaled_problem("deepseek-r1", 16)
     plain = fp4moe.MoE.dummy(p, 3, device="cuda", ep_rank=0, ep_size=8)
     routed = fp4moe.MoE.dummy(p, 3, device="cuda", ep_rank=0, ep_size=8, tokens_routed_here=True)
