@@ -41,10 +41,10 @@
 #include "reference/moe_reference.h"
 #include "src/gemm/sm90/tune.h"
 #include "src/moe/workspace.h"
+#include "tools/check_error.h"
 #include "tools/cli_args.h"
 #include "tools/gpu_clocks.h"
 #include "tools/routing_file.h"
-#include "tools/check_error.h"
 #include "tools/timing_schedule.h"
 
 #include <cublas_v2.h>
@@ -408,9 +408,9 @@ std::string json_number(double v) {
 }
 
 tools::CheckError check_against_reference(const MoeProblem& p, uint64_t seed, const HostMoeWeights* loaded,
-                               const std::vector<uint16_t>& hidden, const std::vector<uint16_t>& out,
-                               const std::vector<int32_t>& ids, const std::vector<float>& weights, int64_t T,
-                               int sample) {
+                                          const std::vector<uint16_t>& hidden, const std::vector<uint16_t>& out,
+                                          const std::vector<int32_t>& ids, const std::vector<float>& weights,
+                                          int64_t T, int sample) {
   const int64_t n = std::min<int64_t>(T, sample);
   if (n < T) {
     // Tokens spread over the whole batch (first, last and evenly between): the permute keeps token
