@@ -52,8 +52,6 @@
 
 namespace {
 
-// Launches of one kind (stream launches or graph replays) timed before switching to the other.
-
 using namespace fp4moe;
 
 struct Options {
