@@ -87,6 +87,8 @@ const Case kCases[] = {
     {"llama4_modelopt_fused_k_major", Model::kLlama4, Convention::kModeloptFused3dKMajor, 2, 0, 1, true},
     {"llama4_modelopt_per_expert", Model::kLlama4, Convention::kModelopt, 2, 0, 1, false},
     {"gpt_oss_mxfp4", Model::kGptOss, Convention::kGptOssMxfp4, 2, 0, 1, false},
+    // llm-compressor's Llama-4 export: the fused experts unfused into per-expert modules.
+    {"llama4_compressed_tensors", Model::kLlama4, Convention::kCompressedTensors, 2, 0, 1, true},
 };
 
 // Source weights for every MoE layer of a spec: random valid weights with w4a4 activation scales (so
@@ -499,6 +501,9 @@ TEST(CheckpointConfig, UnsupportedCheckpointsSayWhy) {
   const std::vector<Edit> edits = {
       {&kCases[2], "config.json", "MixtralForCausalLM", "BertModel", StatusCode::kUnsupported,
        "architecture 'BertModel' is not supported"},
+      // A config.json that is not a Hugging Face one (gpt-oss's original/ folder has no 'architectures').
+      {&kCases[2], "config.json", "\"architectures\": [\"MixtralForCausalLM\"], ", "", StatusCode::kIoError,
+       "fp4moe reads Hugging Face checkpoints"},
       {&kCases[2], "hf_quant_config.json", "\"NVFP4\"", "\"FP8\"", StatusCode::kUnsupported, "quant_algo = 'FP8'"},
       {&kCases[2], "hf_quant_config.json", "\"group_size\": 16", "\"group_size\": 32", StatusCode::kUnsupported,
        "group_size = 32"},

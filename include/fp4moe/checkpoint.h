@@ -20,7 +20,8 @@
 //                            [E, H, I/2]); the orientation is read from the header shapes.
 //   kCompressedTensorsNvfp4  weight_packed, weight_scale, weight_global_scale (encode convention:
 //                            weight_scale_2 = 1 / weight_global_scale, one correctly rounded fp32
-//                            division), input_global_scale (= 1 / input_scale).
+//                            division), input_global_scale (= 1 / input_scale); per expert for
+//                            Llama-4 too (llm-compressor unfuses its experts).
 //   kGptOssMxfp4             experts.{gate_up,down}_proj_{blocks,scales,bias}; gate_up rows interleave
 //                            gate (even) and up (odd), de-interleaved into [gate rows; up rows].
 // Fused gate|up global scale (NVFP4 per-expert): the gate's weight_scale_2 is used for the whole w13,

@@ -353,8 +353,8 @@ Status read_quantization(const std::string& dir, Arch arch, const io::JsonValue&
     return unsupported(config_file, ": architecture ", info->architecture, " with ", to_string(info->convention),
                        " weights is not a supported combination");
   if (mx && arch == Arch::kGptOss) info->problem.weight_format = WeightFormat::kMxfp4;
-  if (arch == Arch::kLlama4 && info->convention != QuantConvention::kModeloptNvfp4)
-    return unsupported(config_file, ": Llama-4 experts are supported in the ModelOpt NVFP4 convention only");
+  // Llama-4 in compressed-tensors (llm-compressor unfuses its experts into per-expert modules) loads
+  // through the per-expert path, as Llama-4 per-expert ModelOpt exports do.
   return Status::Ok();
 }
 
@@ -401,7 +401,9 @@ Status checkpoint_config_from_json(const std::string& directory, const JsonValue
   if (!config.is_object()) return io_error(config_file, ": not a JSON object");
   const io::JsonValue* archs = config.find("architectures");
   if (!archs || !archs->is_array() || archs->elements().empty() || !archs->elements()[0].is_string())
-    return io_error(config_file, ": 'architectures' must be a non-empty list of names");
+    return io_error(config_file, ": 'architectures' must be a non-empty list of names (fp4moe reads Hugging Face "
+                    "checkpoints, whose config.json names the model class; gpt-oss's original/ folder is not one: "
+                    "give the repository's root)");
   info.architecture = archs->elements()[0].str();
   Arch arch;
   if (Status s = find_arch(info.architecture, &arch); !s.ok()) return Status(s.code(), config_file + ": " + s.message());
