@@ -491,6 +491,34 @@ TEST(CheckpointConventions, InputScalesAreOptional) {
   expect_bytes_equal(w.w13, layers[0].w13, "w13");
 }
 
+// compressed-tensors with a second scheme for other modules (attention in FP8): the experts' NVFP4
+// group loads; with the NVFP4 group gone, the refusal names the other group's weights.
+TEST(CheckpointConfig, CompressedTensorsWithAnotherGroupForOtherModules) {
+  const CheckpointSpec spec = spec_of(kCases[1]);
+  const auto layers = source_layers(spec);
+  testing::TempDir dir("fp4moe_test_ckpt");
+  ASSERT_OK(testing::write_checkpoint(dir.path(), spec, layers));
+  const std::string config = dir.path() + "/config.json";
+  replace_in_file(config, "\"config_groups\": {",
+                  "\"config_groups\": {\"group_attn\": {\"targets\": [\"re:.*self_attn.*\"], \"format\": "
+                  "\"float-quantized\", \"weights\": {\"num_bits\": 8, \"type\": \"float\", \"strategy\": "
+                  "\"tensor\", \"group_size\": null, \"symmetric\": true, \"dynamic\": false}}, ");
+  std::unique_ptr<Checkpoint> ckpt;
+  ASSERT_OK(Checkpoint::open(dir.path(), &ckpt));
+  EXPECT_EQ(ckpt->info().convention, QuantConvention::kCompressedTensorsNvfp4);
+  const int layer = testing::moe_layers_of(spec)[0];
+  HostMoeWeights w;
+  ASSERT_OK(ckpt->load_moe_layer(layer, {}, &w));
+  expect_same_weights(w, layers[0]);
+
+  // The NVFP4 group's weights made int4: no group is NVFP4 any more.
+  replace_in_file(config, "\"num_bits\": 4, \"type\": \"float\"", "\"num_bits\": 4, \"type\": \"int\"");
+  const Status s = Checkpoint::open(dir.path(), &ckpt);
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported);
+  EXPECT_NE(s.message().find("config_groups.group_attn.weights: num_bits = 8"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("no config group has NVFP4 weights"), std::string::npos) << s.message();
+}
+
 TEST(CheckpointConfig, UnsupportedCheckpointsSayWhy) {
   struct Edit {
     const Case* base;

@@ -312,10 +312,15 @@ Status read_quantization(const std::string& dir, Arch arch, const io::JsonValue&
       FP4MOE_RETURN_IF_ERROR(check_modelopt(nested && nested->is_object() ? ConfigView(*nested, q.file()) : q));
     } else if (method == "compressed-tensors") {
       // nvfp4-pack-quantized either globally or in a config group, with 4-bit float weights in
-      // groups of 16.
+      // groups of 16. Other groups may quantize other modules (attention in FP8, say): the config
+      // does not say which group holds the routed experts, so the loader's checks of every expert
+      // tensor's dtype and shape (weight_packed U8, weight_scale F8_E4M3 per 16) refuse experts
+      // quantized otherwise, by name.
       std::string format;
       FP4MOE_RETURN_IF_ERROR(q.get_string("format", "", &format));
       bool nvfp4 = format == "nvfp4-pack-quantized";
+      bool nvfp4_weights = false;
+      std::string other_weights;  // the first group whose weights are not NVFP4, for the refusal
       const io::JsonValue* groups = qc->find("config_groups");
       if (groups && groups->is_object()) {
         for (const auto& g : groups->members()) {
@@ -331,12 +336,18 @@ Status read_quantization(const std::string& dir, Arch arch, const io::JsonValue&
             FP4MOE_RETURN_IF_ERROR(wv.get_int("num_bits", 4, &bits));
             FP4MOE_RETURN_IF_ERROR(wv.get_int("group_size", 16, &group));
             FP4MOE_RETURN_IF_ERROR(wv.get_string("type", "float", &type));
-            if (bits != 4 || group != 16 || type != "float")
-              return unsupported(wv.file(), ": num_bits = ", bits, ", type = '", type, "', group_size = ", group,
-                                 ": only NVFP4 (4-bit float, groups of 16) is supported");
+            if (bits == 4 && group == 16 && type == "float") {
+              nvfp4_weights = true;
+            } else if (other_weights.empty()) {
+              other_weights = detail::concat(wv.file(), ": num_bits = ", bits, ", type = '", type.substr(0, 32),
+                                      "', group_size = ", group);
+            }
           }
         }
       }
+      if (!nvfp4_weights && !other_weights.empty())
+        return unsupported(other_weights, ": no config group has NVFP4 weights (4-bit float, groups of 16), the only "
+                           "compressed-tensors scheme supported");
       if (!nvfp4)
         return unsupported(q.file(), ": compressed-tensors format '", format,
                            "' is not nvfp4-pack-quantized; only NVFP4 is supported");
