@@ -7,17 +7,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "src/common/hash_rng.h"
+
 namespace fp4moe {
 namespace {
 
-// A value in [-1, 1) from an index (splitmix64): the same on every standard library.
-double unit(uint64_t i) {
-  uint64_t z = i * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E5Bull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return double(z >> 11) / double(1ull << 52) - 1.0;
-}
+// A value in [-1, 1) from an index (the library's splitmix64): the same on every standard library.
+double unit(uint64_t i) { return double(detail::splitmix64(i) >> 11) / double(1ull << 52) - 1.0; }
 
 struct Sample {
   std::vector<float> ref;
