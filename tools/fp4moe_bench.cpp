@@ -609,14 +609,14 @@ Row run_tokens(const MoeLayer& layer, const Options& o, const Ceilings& ceil, in
     row.check_error = e.rel;
     row.check_worst_column = e.worst_column;
     const double tol = tools::check_tolerance(p.mode == Mode::kW4A4);
+    const double column_tol = tools::column_tolerance(tol, e.tokens);
     if (!tools::check_passes(e, tol)) fail_check(row, "");
     if (!std::isfinite(e.rel)) {
       fail_check(row, "a NaN in the sampled output or a zero reference");
-    } else if (e.worst_column > tools::column_tolerance(tol, e.tokens)) {
+    } else if (e.worst_column > column_tol) {
       char note[192];
       std::snprintf(note, sizeof note, "column %lld's rms error over the %lld sampled tokens is %.3g of its scale "
-                    "(bound %.3g)", (long long)e.column, (long long)e.tokens, e.worst_column,
-                    tools::column_tolerance(tol, e.tokens));
+                    "(bound %.3g)", (long long)e.column, (long long)e.tokens, e.worst_column, column_tol);
       fail_check(row, note);
     }
     // The whole output, the rows outside the reference's sample too: none may keep the poison (a row
